@@ -1,0 +1,153 @@
+package lockcore
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"net"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/expression"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/aws/smithy-go"
+)
+
+// Fence is a fencing token: it strictly increases with every acquisition of a key, for
+// the key's whole life. Pass it to the protected resource and have the resource reject
+// writes carrying a smaller token than one it has seen (see FenceCondition).
+type Fence int64
+
+// item is a DynamoDB item.
+type item = map[string]types.AttributeValue
+
+// noSDKRetry turns off the SDK's own retries for a conditional write: a retried write
+// whose first attempt landed fails its condition, which would be misread as contention.
+// lockcore retries such writes itself and re-reads after ambiguous failures.
+func noSDKRetry(o *dynamodb.Options) { o.RetryMaxAttempts = 1 }
+
+// errKind classifies a failed write.
+type errKind int
+
+const (
+	errCondition errKind = iota // the condition failed: definitive, nothing written
+	errRetryable                // definitely not applied (throttled, validation-free 4xx): retry
+	errAmbiguous                // may or may not have been applied: re-read before deciding
+	errFatal                    // a caller or configuration error: give up
+)
+
+func classify(err error) errKind {
+	var ccf *types.ConditionalCheckFailedException
+	if errors.As(err, &ccf) {
+		return errCondition
+	}
+	var tce *types.TransactionCanceledException
+	if errors.As(err, &tce) {
+		for _, r := range tce.CancellationReasons {
+			if aws.ToString(r.Code) == "ConditionalCheckFailed" {
+				return errCondition
+			}
+		}
+		return errRetryable // TransactionConflict, throttling inside the transaction
+	}
+	var api smithy.APIError
+	if errors.As(err, &api) {
+		switch api.ErrorCode() {
+		case "ProvisionedThroughputExceededException", "ThrottlingException", "RequestLimitExceeded",
+			"TransactionConflictException", "TransactionInProgressException", "LimitExceededException":
+			return errRetryable
+		case "ValidationException", "ResourceNotFoundException", "AccessDeniedException",
+			"UnrecognizedClientException", "MissingAuthenticationTokenException", "ItemCollectionSizeLimitExceededException":
+			return errFatal
+		}
+		if api.ErrorFault() == smithy.FaultClient {
+			return errFatal
+		}
+		return errAmbiguous // 5xx: the server may have applied it
+	}
+	var opErr *net.OpError
+	if errors.As(err, &opErr) && opErr.Op == "dial" {
+		return errRetryable // never reached the server
+	}
+	return errAmbiguous // timeouts, resets, cancelled contexts
+}
+
+// conditionOld returns the item that made a condition fail, if the engine returned it
+// (ReturnValuesOnConditionCheckFailure=ALL_OLD).
+func conditionOld(err error) (item, bool) {
+	var ccf *types.ConditionalCheckFailedException
+	if errors.As(err, &ccf) && ccf.Item != nil {
+		return ccf.Item, true
+	}
+	return nil, false
+}
+
+// detached gives a short context for clean-up work that must run even though the
+// caller's context has ended (re-reads after ambiguous writes, best-effort releases).
+func detached(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+}
+
+// expr builds a DynamoDB expression or panics: every expression lockcore builds is
+// static in shape, so a build error is a programming error caught by the tests.
+func expr(b expression.Builder) expression.Expression {
+	e, err := b.Build()
+	if err != nil {
+		panic("lockcore: building expression: " + err.Error())
+	}
+	return e
+}
+
+func newLeaseID(owner string) string {
+	var b [12]byte
+	_, _ = rand.Read(b[:])
+	return owner + "#" + hex.EncodeToString(b[:])
+}
+
+// attribute helpers ----------------------------------------------------------------
+
+func attrS(it item, name string) string {
+	if v, ok := it[name].(*types.AttributeValueMemberS); ok {
+		return v.Value
+	}
+	return ""
+}
+
+func attrN(it item, name string) (int64, bool) {
+	if v, ok := it[name].(*types.AttributeValueMemberN); ok {
+		n, err := strconv.ParseInt(v.Value, 10, 64)
+		return n, err == nil
+	}
+	return 0, false
+}
+
+func attrB(it item, name string) []byte {
+	if v, ok := it[name].(*types.AttributeValueMemberB); ok {
+		return v.Value
+	}
+	return nil
+}
+
+func s(v string) *types.AttributeValueMemberS { return &types.AttributeValueMemberS{Value: v} }
+
+func n(v int64) *types.AttributeValueMemberN {
+	return &types.AttributeValueMemberN{Value: strconv.FormatInt(v, 10)}
+}
+
+// value wraps a Go value for the expression builder.
+func value(v any) expression.ValueBuilder { return expression.Value(v) }
+
+func name(n string) expression.NameBuilder { return expression.Name(n) }
+
+func sortedKeys(it item) []string {
+	keys := make([]string, 0, len(it))
+	for k := range it {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
+}

@@ -1,0 +1,58 @@
+// Package lockcore provides concurrency control for many AWS Lambda functions (or any
+// processes) working on the same Amazon DynamoDB items. DynamoDB has no row locks and its
+// transactions only detect interference; lockcore builds leases, fair queues and
+// optimistic updates from conditional writes, correct under contention, crashed and
+// paused holders, clock skew and ambiguous network errors.
+//
+// # Choosing a strategy
+//
+//   - ItemLocker (locking read): the lock lives on the data item. Acquire locks and
+//     reads in one UpdateItem; UpdateAndRelease writes and unlocks in one more. Two
+//     calls per critical section, and the write is self-fencing. Use it whenever the
+//     protected data is one item — it is the cheapest lock.
+//   - Mutex (lease mutex): a lock row in a separate lock table, for protecting anything
+//     (several items, other tables, external systems). Two calls per uncontended
+//     critical section; guard your writes with GuardCheck (in a transaction) or with
+//     FenceCondition on the data.
+//   - Queue (FIFO ticket queue): waiters enter strictly in arrival order. Use it on hot
+//     keys where plain retry loops starve unlucky waiters, or when order matters. It
+//     costs a read and a transaction to enqueue.
+//   - Versioned (optimistic): no lock; writes conditioned on the version read, retried
+//     with a merge function. Best when conflicts are rare.
+//   - Mutex.AcquireAll (multi-key): several keys all-or-nothing, in canonical order, so
+//     overlapping sets never deadlock.
+//
+// # Safety
+//
+// Every acquisition has a unique lease id (owner name + random); releases, renewals and
+// guarded writes are conditioned on it and on the owner name, so no client can release,
+// renew or overwrite another owner's lease (ErrNotOwner). A holder that loses its lease
+// learns it from its heartbeat (Lease.Done, Lease.Err) and from every guarded write
+// (ErrLeaseLost). Every acquisition also carries a fencing token (Lease.Token) that
+// strictly increases per key for the key's whole life, even after its row was deleted
+// by TTL.
+//
+// Takeover of an abandoned lease is decided, by default, by observation
+// (ObserveTakeover): a waiter takes over only after seeing the same lease version
+// unchanged for a full lease on its own monotonic clock, so wall-clock skew cannot make
+// it steal a live lease. WallClockTakeover(skew) trusts wall clocks within an explicit
+// allowance and takes over faster when a waiter arrives late.
+//
+// Writes whose outcome is unknown (a timeout or 5xx after the request may have landed)
+// are never retried blindly: lockcore turns off the SDK's retries for its conditional
+// writes, re-reads, and recognises its own lease id. A client that gives up while such
+// a write may still land releases it on its way out.
+//
+// # Waiting
+//
+// Acquire waits as its WaitPolicy says: NoWait, WaitUpTo(d) or WaitForever (the
+// default, bounded by the context). Waiters back off exponentially with full jitter,
+// capped (WithBackoff), and wake exactly when a takeover becomes possible. A context
+// deadline always wins.
+//
+// # Tables
+//
+// Mutex and Queue use a lock table with string keys "pk" and "sk" and the TTL attribute
+// "expiresAt" (LockTable in the project's template.yaml). ItemLocker and Versioned work
+// on any table.
+package lockcore

@@ -1,0 +1,152 @@
+package lockcore_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log"
+	"os"
+	"strconv"
+
+	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/expression"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/turnstile-locks/turnstile/internal/ddblocal"
+	"github.com/turnstile-locks/turnstile/internal/template"
+	"github.com/turnstile-locks/turnstile/lockcore"
+)
+
+// exampleTables creates the template's lock and inventory tables on the test engine.
+func exampleTables() (db *dynamodb.Client, locks, data string) {
+	ctx := context.Background()
+	db, err := ddblocal.NewClient(ctx, os.Getenv("DYNAMODB_ENDPOINT"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	tpl, err := template.LoadDefault()
+	if err != nil {
+		log.Fatal(err)
+	}
+	for id, name := range map[string]string{"LockTable": "example-locks", "InventoryTable": "example-inventory"} {
+		spec, err := tpl.Table(id)
+		if err != nil {
+			log.Fatal(err)
+		}
+		_, _ = db.DeleteTable(ctx, &dynamodb.DeleteTableInput{TableName: &name})
+		if err := ddblocal.CreateTable(ctx, db, spec.CreateTableInput(name), spec.TTLInput(name)); err != nil {
+			log.Fatal(err)
+		}
+	}
+	return db, "example-locks", "example-inventory"
+}
+
+func Example() {
+	ctx := context.Background()
+	db, locks, _ := exampleTables()
+
+	m, err := lockcore.NewMutex(db, locks, lockcore.WithOwner("worker-1"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	lease, err := m.Acquire(ctx, "order#42", lockcore.Wait(lockcore.NoWait()))
+	if err != nil {
+		log.Fatal(err)
+	}
+	// ... work on order 42, stopping if lease.Done() closes ...
+	other, _ := lockcore.NewMutex(db, locks, lockcore.WithOwner("worker-2"))
+	_, err = other.TryAcquire(ctx, "order#42")
+	var held *lockcore.HeldError
+	if errors.As(err, &held) {
+		fmt.Println("held by", held.Holder.Owner)
+	}
+	if err := lease.Release(ctx); err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("released")
+	// Output:
+	// held by worker-1
+	// released
+}
+
+func ExampleItemLocker() {
+	ctx := context.Background()
+	db, _, data := exampleTables()
+	key := map[string]types.AttributeValue{
+		"pk": &types.AttributeValueMemberS{Value: "SKU#apple"},
+		"sk": &types.AttributeValueMemberS{Value: "STOCK"},
+	}
+	il, err := lockcore.NewItemLocker(db, data, []lockcore.Option{lockcore.WithOwner("worker-1")})
+	if err != nil {
+		log.Fatal(err)
+	}
+	// Call 1: lock and read.
+	lease, err := il.Acquire(ctx, key)
+	if err != nil {
+		log.Fatal(err)
+	}
+	stock := 0
+	if v, ok := lease.Item()["available"].(*types.AttributeValueMemberN); ok {
+		stock, _ = strconv.Atoi(v.Value)
+	}
+	// Call 2: write and unlock, only if the lease is still ours.
+	item, err := il.UpdateAndRelease(ctx, lease,
+		expression.Set(expression.Name("available"), expression.Value(stock+10)), nil)
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("available:", item["available"].(*types.AttributeValueMemberN).Value)
+	// Output: available: 10
+}
+
+func ExampleQueue() {
+	ctx := context.Background()
+	db, locks, _ := exampleTables()
+	q, err := lockcore.NewQueue(db, locks, lockcore.WithOwner("worker-1"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	lease, err := q.Acquire(ctx, "hot-sku", lockcore.Wait(lockcore.WaitUpTo(5e9)))
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("ticket", lease.Token())
+	_ = lease.Release(ctx)
+	// Output: ticket 1
+}
+
+func ExampleMutex_AcquireAll() {
+	ctx := context.Background()
+	db, locks, _ := exampleTables()
+	m, _ := lockcore.NewMutex(db, locks, lockcore.WithOwner("worker-1"))
+	// Any order in, canonical order inside: no deadlock with a caller asking for b, a.
+	ml, err := m.AcquireAll(ctx, []string{"sku#b", "sku#a"})
+	if err != nil {
+		log.Fatal(err)
+	}
+	for _, l := range ml.Leases() {
+		fmt.Println(l.Key())
+	}
+	_ = ml.Release(ctx)
+	// Output:
+	// sku#a
+	// sku#b
+}
+
+func ExampleVersioned() {
+	ctx := context.Background()
+	db, _, data := exampleTables()
+	v, _ := lockcore.NewVersioned(db, data, nil)
+	key := map[string]types.AttributeValue{
+		"pk": &types.AttributeValueMemberS{Value: "SKU#pear"},
+		"sk": &types.AttributeValueMemberS{Value: "STOCK"},
+	}
+	_, version, err := v.Update(ctx, key, func(cur map[string]types.AttributeValue) (map[string]types.AttributeValue, error) {
+		return map[string]types.AttributeValue{"available": &types.AttributeValueMemberN{Value: "5"}}, nil
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("version", version)
+	// Output: version 1
+}

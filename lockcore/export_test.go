@@ -1,0 +1,7 @@
+package lockcore
+
+// WithAfterTicketHook lets tests delay a FIFO waiter between taking its ticket and
+// looking at the queue (the window of the published design's race).
+func WithAfterTicketHook(f func(key string, ticket int64)) Option {
+	return func(c *config) error { c.hooks.afterTicket = f; return nil }
+}

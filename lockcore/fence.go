@@ -1,0 +1,122 @@
+package lockcore
+
+import (
+	"context"
+	"fmt"
+	"hash/fnv"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/expression"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+)
+
+// Fencing tokens of the lease mutex are epoch<<32 | n, where n counts the acquisitions
+// during one life of the lock row and epoch numbers the row's lives. A lock row can be
+// deleted (by TTL after a crashed holder, or by the janitor's sweep) and created again;
+// its counter then restarts, so the new life takes a fresh epoch from a keeper row that
+// never expires. Keepers are shared by hash buckets of keys: any counter that only grows
+// works, and sharing bounds the table to a fixed number of keeper rows.
+//
+// A new epoch costs two extra calls, paid only by the first acquisition of each row life.
+const (
+	fenceBuckets   = 1024
+	keeperSK       = "epoch"
+	attrNextEpoch  = "next"
+	maxFenceInLife = 1<<31 - 1
+)
+
+func makeFence(epoch, n int64) Fence { return Fence(epoch<<32 | (n & 0xffffffff)) }
+
+// Epoch returns the row-life part of the token.
+func (f Fence) Epoch() int64 { return int64(f) >> 32 }
+
+// Seq returns the acquisition number within the row life.
+func (f Fence) Seq() int64 { return int64(f) & 0xffffffff }
+
+func keeperKey(key string) string {
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(key))
+	return fmt.Sprintf("%sfence#%04d", reservedPrefix, h.Sum32()%fenceBuckets)
+}
+
+// startEpoch gives a freshly created lock row, held by leaseID, its epoch.
+func (m *Mutex) startEpoch(ctx context.Context, key, ns, leaseID string) (int64, error) {
+	// Take the next epoch. ADD is atomic; a retried ADD only skips a number, which is fine.
+	ke := expr(expression.NewBuilder().WithUpdate(expression.Add(name(attrNextEpoch), value(1))))
+	out, err := m.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+		TableName:                 aws.String(m.table),
+		Key:                       item{attrPK: s(keeperKey(key)), attrSK: s(keeperSK)},
+		UpdateExpression:          ke.Update(),
+		ExpressionAttributeNames:  ke.Names(),
+		ExpressionAttributeValues: ke.Values(),
+		ReturnValues:              types.ReturnValueUpdatedNew,
+	})
+	if err != nil {
+		return 0, fmt.Errorf("lockcore: acquire %q: new fence epoch: %w", key, err)
+	}
+	epoch, ok := attrN(out.Attributes, attrNextEpoch)
+	if !ok {
+		return 0, fmt.Errorf("lockcore: acquire %q: keeper returned no epoch", key)
+	}
+	// Record it on the row, only while we still hold it and nobody recorded one.
+	e := expr(expression.NewBuilder().
+		WithCondition(expression.And(
+			expression.Equal(name(attrLeaseID), value(leaseID)),
+			expression.Equal(name(attrState), value(stateHeld)),
+			expression.AttributeNotExists(name(attrEpoch)))).
+		WithUpdate(expression.Set(name(attrEpoch), value(epoch))))
+	bo := backoff{base: m.cfg.backoffBase, cap: m.cfg.backoffCap}
+	for {
+		_, err = m.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+			TableName:                           aws.String(m.table),
+			Key:                                 m.keyOf(key, ns),
+			ConditionExpression:                 e.Condition(),
+			UpdateExpression:                    e.Update(),
+			ExpressionAttributeNames:            e.Names(),
+			ExpressionAttributeValues:           e.Values(),
+			ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
+		}, noSDKRetry)
+		if err == nil {
+			return epoch, nil
+		}
+		switch classify(err) {
+		case errCondition:
+			old, ok := conditionOld(err)
+			if !ok {
+				old, _ = m.read(ctx, key, ns)
+			}
+			if attrS(old, attrLeaseID) == leaseID && attrS(old, attrState) == stateHeld {
+				if ep, ok := attrN(old, attrEpoch); ok {
+					return ep, nil // our earlier attempt landed
+				}
+			}
+			return 0, &LeaseError{Op: "acquire", Key: key, LeaseID: leaseID, Current: holderOf(old), Err: ErrLeaseLost}
+		case errFatal:
+			return 0, fmt.Errorf("lockcore: acquire %q: set fence epoch: %w", key, err)
+		}
+		if serr := sleep(ctx, bo.next()); serr != nil {
+			return 0, fmt.Errorf("lockcore: acquire %q: set fence epoch: %w (last error: %v)", key, serr, err)
+		}
+	}
+}
+
+// FenceCondition returns a condition for a write to data protected by a lock: it passes
+// only if the item's fence attribute is absent or not greater than token. Combine it
+// with FenceUpdate in the same write so the item remembers the highest token it has
+// seen; a holder that lost its lease and wakes up later then cannot overwrite the work
+// of a newer holder.
+//
+//	cond := lockcore.FenceCondition("fence", lease.Token())
+//	upd  := lockcore.FenceUpdate(expression.Set(...), "fence", lease.Token())
+func FenceCondition(attr string, token Fence) expression.ConditionBuilder {
+	return expression.Or(
+		expression.AttributeNotExists(name(attr)),
+		expression.LessThanEqual(name(attr), value(int64(token))),
+	)
+}
+
+// FenceUpdate adds "SET attr = token" to update.
+func FenceUpdate(update expression.UpdateBuilder, attr string, token Fence) expression.UpdateBuilder {
+	return update.Set(name(attr), value(int64(token)))
+}

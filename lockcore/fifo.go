@@ -1,0 +1,479 @@
+package lockcore
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+
+	"fmt"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/expression"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+)
+
+// Queue is a fair lock: waiters take numbered tickets and enter strictly in ticket order.
+//
+// Rows (in the lock table, partition key = lock key):
+//
+//	sk "<ns>#counter"        next ticket number; never expires (it is the fencing counter)
+//	sk "<ns>#t#<ticket>"     one row per waiter or holder, heartbeated at half the lease
+//
+// The published design increments the counter and writes the row in two calls, which
+// admits two holders: A takes ticket N and is delayed, B takes N+1, writes its row, sees
+// nobody ahead and enters; A's row then appears and A sees itself first. Here the
+// counter update (conditioned on the value read) and the row put are one
+// TransactWriteItems, so every issued ticket has its row at the instant it is issued,
+// and a waiter that sees its own row in a strongly consistent Query also sees every
+// earlier ticket's row that still exists. The holder is the first live row; rows whose
+// heartbeat stopped (by the takeover mode's rules) are deleted, conditioned on the
+// version that was observed, so a live heartbeat always wins.
+//
+// The fencing token is the ticket number: tickets are granted in order and the counter
+// row is never deleted.
+type Queue struct {
+	db    DynamoDB
+	table string
+	cfg   *config
+}
+
+// NewQueue returns a Queue on the lock table. A heartbeat is required (waiting rows are
+// kept alive by it); the default is half the lease.
+func NewQueue(db DynamoDB, table string, opts ...Option) (*Queue, error) {
+	if db == nil {
+		return nil, invalidOption("db", "must not be nil")
+	}
+	if table == "" {
+		return nil, invalidOption("table", "must not be empty")
+	}
+	cfg, err := newConfig(opts)
+	if err != nil {
+		return nil, err
+	}
+	if cfg.heartbeat <= 0 {
+		return nil, invalidOption("heartbeat", "a Queue needs heartbeats to keep waiting rows alive; got %s", cfg.heartbeat)
+	}
+	return &Queue{db: db, table: table, cfg: cfg}, nil
+}
+
+const (
+	defaultQueueNamespace = "queue"
+	attrNext              = "next"
+	attrTicket            = "ticket"
+	attrHB                = "hb"
+)
+
+func counterSK(ns string) string         { return ns + "#counter" }
+func ticketPrefix(ns string) string      { return ns + "#t#" }
+func ticketSK(ns string, t int64) string { return fmt.Sprintf("%s%020d", ticketPrefix(ns), t) }
+
+// Acquire takes a ticket and waits for its turn (as the wait policy says). On timeout
+// or cancellation the ticket is withdrawn.
+func (q *Queue) Acquire(ctx context.Context, key string, opts ...AcquireOption) (*Lease, error) {
+	ac, err := q.cfg.acquireConfig(opts)
+	if err != nil {
+		return nil, err
+	}
+	if ac.namespace == defaultNamespace {
+		ac.namespace = defaultQueueNamespace
+	}
+	if err := validatePK("key", key); err != nil {
+		return nil, err
+	}
+	if err := validateSK("namespace", ac.namespace, 30); err != nil {
+		return nil, err
+	}
+	leaseID := newLeaseID(q.cfg.owner)
+	ticket, start, err := q.enqueue(ctx, key, ac.namespace, leaseID)
+	if err != nil {
+		return nil, err
+	}
+	if h := q.cfg.hooks.afterTicket; h != nil {
+		h(key, ticket)
+	}
+	l := newLease(q, q.cfg, key, ticketSK(ac.namespace, ticket), leaseID, Fence(ticket), start)
+	l.startHeartbeat(ctx, q.cfg.heartbeat)
+	if err := q.waitTurn(ctx, l, ac, ticket); err != nil {
+		rctx, cancel := detached(ctx)
+		_ = l.Release(rctx) // withdraw the ticket
+		cancel()
+		return nil, err
+	}
+	return l, nil
+}
+
+// TryAcquire takes the lock only if nobody holds or waits for it.
+func (q *Queue) TryAcquire(ctx context.Context, key string, opts ...AcquireOption) (*Lease, error) {
+	return q.Acquire(ctx, key, append(opts, Wait(NoWait()))...)
+}
+
+// enqueue issues the next ticket and writes its row atomically. It returns the ticket
+// and the time the winning write was sent (the start of the row's validity).
+func (q *Queue) enqueue(ctx context.Context, key, ns, leaseID string) (int64, time.Time, error) {
+	bo := backoff{base: q.cfg.backoffBase, cap: q.cfg.backoffCap}
+	counterKey := item{attrPK: s(key), attrSK: s(counterSK(ns))}
+	cur, known := int64(0), false
+	var firstUncertain time.Time
+	for {
+		if !known {
+			out, err := q.db.GetItem(ctx, &dynamodb.GetItemInput{
+				TableName: aws.String(q.table), Key: counterKey, ConsistentRead: aws.Bool(true),
+			})
+			if err != nil {
+				if classify(err) == errFatal {
+					return 0, time.Time{}, fmt.Errorf("lockcore: queue %q: read counter: %w", key, err)
+				}
+				if serr := sleep(ctx, bo.next()); serr != nil {
+					return 0, time.Time{}, fmt.Errorf("lockcore: queue %q: %w (last error: %v)", key, serr, err)
+				}
+				continue
+			}
+			cur, _ = attrN(out.Item, attrNext)
+			known = true
+		}
+		ticket := cur + 1
+		counterCond := expression.Equal(name(attrNext), value(cur))
+		if cur == 0 {
+			counterCond = expression.AttributeNotExists(name(attrNext))
+		}
+		ce := expr(expression.NewBuilder().WithCondition(counterCond).
+			WithUpdate(expression.Set(name(attrNext), value(ticket))))
+		now := q.cfg.clock.Now()
+		until := now.Add(q.cfg.lease)
+		row := item{
+			attrPK: s(key), attrSK: s(ticketSK(ns, ticket)),
+			attrTicket: n(ticket), attrLeaseID: s(leaseID), attrOwner: s(q.cfg.owner),
+			attrRev: n(1), attrHB: n(now.UnixMilli()), attrUntil: n(until.UnixMilli()),
+			attrLeaseMs: n(q.cfg.lease.Milliseconds()), attrState: s(stateHeld),
+			attrExpiresAt: n(ttlSeconds(until.Add(q.cfg.ttlGrace))),
+		}
+		re := expr(expression.NewBuilder().WithCondition(expression.AttributeNotExists(name(attrPK))))
+		_, err := q.db.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{
+			TransactItems: []types.TransactWriteItem{
+				{Update: &types.Update{
+					TableName:                           aws.String(q.table),
+					Key:                                 counterKey,
+					ConditionExpression:                 ce.Condition(),
+					UpdateExpression:                    ce.Update(),
+					ExpressionAttributeNames:            ce.Names(),
+					ExpressionAttributeValues:           ce.Values(),
+					ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
+				}},
+				{Put: &types.Put{
+					TableName:                 aws.String(q.table),
+					Item:                      row,
+					ConditionExpression:       re.Condition(),
+					ExpressionAttributeNames:  re.Names(),
+					ExpressionAttributeValues: re.Values(),
+				}},
+			},
+		}, noSDKRetry)
+		if err == nil {
+			if !firstUncertain.IsZero() {
+				now = firstUncertain
+			}
+			return ticket, now, nil
+		}
+		switch classify(err) {
+		case errFatal:
+			return 0, time.Time{}, fmt.Errorf("lockcore: queue %q: take ticket: %w", key, err)
+		case errCondition:
+			// Another waiter took this ticket. The cancellation reason carries the
+			// counter as it is now: try the next number at once.
+			var tce *types.TransactionCanceledException
+			if errors.As(err, &tce) && len(tce.CancellationReasons) > 0 {
+				if v, ok := attrN(tce.CancellationReasons[0].Item, attrNext); ok && v > cur {
+					cur = v
+					continue
+				}
+			}
+			known = false
+			continue
+		case errAmbiguous:
+			if firstUncertain.IsZero() {
+				firstUncertain = now
+			}
+			rctx, cancel := detached(ctx)
+			r, rerr := q.db.GetItem(rctx, &dynamodb.GetItemInput{
+				TableName: aws.String(q.table), Key: item{attrPK: s(key), attrSK: s(ticketSK(ns, ticket))},
+				ConsistentRead: aws.Bool(true),
+			})
+			cancel()
+			if rerr == nil && attrS(r.Item, attrLeaseID) == leaseID {
+				return ticket, firstUncertain, nil // it landed
+			}
+			known = false
+		}
+		// Throttled, conflicting transaction or unknown state: back off, read again.
+		if serr := sleep(ctx, bo.next()); serr != nil {
+			return 0, time.Time{}, fmt.Errorf("lockcore: queue %q: %w (last error: %v)", key, serr, err)
+		}
+	}
+}
+
+func requestToken() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// queueRow is one ticket row as read by a waiter.
+type queueRow struct {
+	sk     string
+	ticket int64
+	holder Holder
+}
+
+// waitTurn polls the queue until our row is the first live one.
+func (q *Queue) waitTurn(ctx context.Context, l *Lease, ac *acquireConfig, ticket int64) error {
+	start := q.cfg.clock.Now()
+	seen := map[string]*observer{} // per row ahead of us
+	bo := backoff{base: q.cfg.backoffBase, cap: q.cfg.backoffCap}
+	var lastHead string
+	for {
+		select {
+		case <-l.Done():
+			return l.Err()
+		default:
+		}
+		rows, err := q.scan(ctx, l.key, ac.namespace)
+		if err != nil {
+			if ctx.Err() != nil {
+				return &HeldError{Key: l.key, Waited: q.cfg.clock.Now().Sub(start), Cause: ctx.Err()}
+			}
+			if classify(err) == errFatal {
+				return fmt.Errorf("lockcore: queue %q: %w", l.key, err)
+			}
+		}
+		now := q.cfg.clock.Now()
+		mine := false
+		var ahead []queueRow
+		for _, r := range rows {
+			if r.ticket == ticket {
+				mine = r.holder.LeaseID == l.id
+				break
+			}
+			if r.ticket > ticket {
+				break
+			}
+			ahead = append(ahead, r)
+		}
+		if err == nil && !mine {
+			return &LeaseError{Op: "wait", Key: l.key, LeaseID: l.id, Err: ErrLeaseLost}
+		}
+		var live []queueRow
+		var wake time.Duration = -1
+		for _, r := range ahead {
+			dead, in := q.dead(r, seen, now)
+			if dead {
+				q.evict(ctx, l.key, r)
+				continue
+			}
+			live = append(live, r)
+			if in >= 0 && (wake < 0 || in < wake) {
+				wake = in
+			}
+		}
+		if err == nil && len(live) == 0 {
+			return nil // our turn
+		}
+		var head *Holder
+		if len(live) > 0 {
+			head = &live[0].holder
+			if live[0].sk != lastHead {
+				lastHead = live[0].sk
+				bo.reset()
+			}
+		}
+		waited := now.Sub(start)
+		p := ac.wait
+		if !p.forever && waited >= p.max {
+			return &HeldError{Key: l.key, Holder: head, Waited: waited, TimedOut: p.max > 0}
+		}
+		// Poll fast when next in line, slower further back: each row ahead needs at
+		// least one handoff before our turn.
+		d := bo.next() * time.Duration(min(len(live), 8))
+		d = min(d, q.cfg.backoffCap)
+		if wake >= 0 && wake < d {
+			d = wake + time.Millisecond
+		}
+		if !p.forever {
+			d = min(d, p.max-waited)
+		}
+		if err := sleep(ctx, d); err != nil {
+			return &HeldError{Key: l.key, Holder: head, Waited: q.cfg.clock.Now().Sub(start), Cause: err}
+		}
+	}
+}
+
+// dead decides whether row r's holder stopped heartbeating; if not, it says how long
+// until it could be judged dead (-1: unknown).
+func (q *Queue) dead(r queueRow, seen map[string]*observer, now time.Time) (bool, time.Duration) {
+	if q.cfg.takeover.wallClock {
+		exp := r.holder.Until.Add(q.cfg.takeover.skew)
+		if now.After(exp) {
+			return true, 0
+		}
+		return false, exp.Sub(now)
+	}
+	o := seen[r.sk]
+	if o == nil {
+		o = &observer{}
+		seen[r.sk] = o
+	}
+	o.see(&r.holder, now)
+	if o.stale(now) != nil {
+		return true, 0
+	}
+	return false, o.since.Add(o.lease).Sub(now)
+}
+
+// evict deletes a dead row, conditioned on what was observed so a heartbeat that landed
+// meanwhile keeps it.
+func (q *Queue) evict(ctx context.Context, key string, r queueRow) {
+	var cond expression.ConditionBuilder
+	if q.cfg.takeover.wallClock {
+		cond = expression.And(
+			expression.Equal(name(attrLeaseID), value(r.holder.LeaseID)),
+			expression.LessThan(name(attrUntil), value(q.cfg.clock.Now().Add(-q.cfg.takeover.skew).UnixMilli())))
+	} else {
+		cond = expression.And(
+			expression.Equal(name(attrLeaseID), value(r.holder.LeaseID)),
+			expression.Equal(name(attrRev), value(r.holder.Rev)))
+	}
+	e := expr(expression.NewBuilder().WithCondition(cond))
+	_, _ = q.db.DeleteItem(ctx, &dynamodb.DeleteItemInput{
+		TableName: aws.String(q.table), Key: item{attrPK: s(key), attrSK: s(r.sk)},
+		ConditionExpression: e.Condition(), ExpressionAttributeNames: e.Names(), ExpressionAttributeValues: e.Values(),
+	})
+}
+
+// scan reads the queue in ticket order with strongly consistent, paginated Queries.
+func (q *Queue) scan(ctx context.Context, key, ns string) ([]queueRow, error) {
+	kc := expression.Key(attrPK).Equal(expression.Value(key)).
+		And(expression.Key(attrSK).BeginsWith(ticketPrefix(ns)))
+	e, err := expression.NewBuilder().WithKeyCondition(kc).Build()
+	if err != nil {
+		return nil, err
+	}
+	var rows []queueRow
+	var startKey item
+	for {
+		out, err := q.db.Query(ctx, &dynamodb.QueryInput{
+			TableName:                 aws.String(q.table),
+			KeyConditionExpression:    e.KeyCondition(),
+			ExpressionAttributeNames:  e.Names(),
+			ExpressionAttributeValues: e.Values(),
+			ConsistentRead:            aws.Bool(true),
+			ExclusiveStartKey:         startKey,
+		})
+		if err != nil {
+			return nil, err
+		}
+		for _, it := range out.Items {
+			t, _ := attrN(it, attrTicket)
+			h := holderOf(it)
+			if h == nil {
+				continue
+			}
+			rows = append(rows, queueRow{sk: attrS(it, attrSK), ticket: t, holder: *h})
+		}
+		if len(out.LastEvaluatedKey) == 0 {
+			return rows, nil
+		}
+		startKey = out.LastEvaluatedKey
+	}
+}
+
+func (q *Queue) rowKey(l *Lease) item { return item{attrPK: s(l.key), attrSK: s(l.namespace)} }
+
+func (q *Queue) ownedBy(l *Lease) expression.ConditionBuilder {
+	return expression.And(
+		expression.Equal(name(attrLeaseID), value(l.id)),
+		expression.Equal(name(attrOwner), value(l.owner)))
+}
+
+// renew implements leaseOps (the heartbeat of waiting and holding rows).
+func (q *Queue) renew(ctx context.Context, l *Lease) error {
+	bo := backoff{base: q.cfg.backoffBase, cap: q.cfg.backoffCap}
+	for {
+		now := q.cfg.clock.Now()
+		until := now.Add(l.duration)
+		e := expr(expression.NewBuilder().WithCondition(q.ownedBy(l)).WithUpdate(
+			expression.Set(name(attrHB), value(now.UnixMilli())).
+				Set(name(attrUntil), value(until.UnixMilli())).
+				Set(name(attrExpiresAt), value(ttlSeconds(until.Add(q.cfg.ttlGrace)))).
+				Add(name(attrRev), value(1))))
+		_, err := q.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+			TableName: aws.String(q.table), Key: q.rowKey(l),
+			ConditionExpression: e.Condition(), UpdateExpression: e.Update(),
+			ExpressionAttributeNames: e.Names(), ExpressionAttributeValues: e.Values(),
+			ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
+		}, noSDKRetry)
+		if err == nil {
+			return nil
+		}
+		switch classify(err) {
+		case errCondition:
+			old, _ := conditionOld(err)
+			return q.classifyOld("renew", l, old)
+		case errFatal:
+			return fmt.Errorf("lockcore: renew %q: %w", l.key, err)
+		}
+		if serr := sleep(ctx, bo.next()); serr != nil {
+			return fmt.Errorf("lockcore: renew %q: %w (last error: %v)", l.key, serr, err)
+		}
+	}
+}
+
+func (q *Queue) classifyOld(op string, l *Lease, old item) error {
+	if attrS(old, attrLeaseID) == l.id && attrS(old, attrOwner) != l.owner {
+		return &LeaseError{Op: op, Key: l.key, LeaseID: l.id, Current: holderOf(old), Err: ErrNotOwner}
+	}
+	return &LeaseError{Op: op, Key: l.key, LeaseID: l.id, Err: ErrLeaseLost}
+}
+
+// release implements leaseOps: it deletes our row, handing the lock to the next ticket.
+func (q *Queue) release(ctx context.Context, l *Lease) error {
+	bo := backoff{base: q.cfg.backoffBase, cap: q.cfg.backoffCap}
+	e := expr(expression.NewBuilder().WithCondition(q.ownedBy(l)))
+	uncertain := false
+	for {
+		_, err := q.db.DeleteItem(ctx, &dynamodb.DeleteItemInput{
+			TableName: aws.String(q.table), Key: q.rowKey(l),
+			ConditionExpression: e.Condition(), ExpressionAttributeNames: e.Names(), ExpressionAttributeValues: e.Values(),
+			ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
+		}, noSDKRetry)
+		if err == nil {
+			return nil
+		}
+		switch classify(err) {
+		case errCondition:
+			old, _ := conditionOld(err)
+			if old == nil && uncertain {
+				return nil // our earlier attempt deleted it
+			}
+			return q.classifyOld("release", l, old)
+		case errFatal:
+			return fmt.Errorf("lockcore: release %q: %w", l.key, err)
+		case errAmbiguous:
+			uncertain = true
+		}
+		if serr := sleep(ctx, bo.next()); serr != nil {
+			return fmt.Errorf("lockcore: release %q: %w (last error: %v)", l.key, serr, err)
+		}
+	}
+}
+
+// GuardCheck returns a TransactWriteItems entry that fails the caller's transaction
+// unless this queue lease is still held (its row still exists with our lease id).
+func (q *Queue) GuardCheck(l *Lease) types.TransactWriteItem {
+	e := expr(expression.NewBuilder().WithCondition(q.ownedBy(l)))
+	return types.TransactWriteItem{ConditionCheck: &types.ConditionCheck{
+		TableName: aws.String(q.table), Key: q.rowKey(l),
+		ConditionExpression: e.Condition(), ExpressionAttributeNames: e.Names(), ExpressionAttributeValues: e.Values(),
+	}}
+}

@@ -1,0 +1,553 @@
+package lockcore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/expression"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+)
+
+// ItemAttributes names the lock attributes a locking read keeps on the data item.
+type ItemAttributes struct {
+	LockedBy string // lease id of the holder; absent when unlocked (default "lockedBy")
+	LockTime string // wall-clock ms of the last acquisition or renewal (default "lockTime")
+	Owner    string // owner name of the holder (default "lockOwner")
+	Until    string // holder's wall-clock lease end in ms (default "lockUntil")
+	LeaseMs  string // holder's lease duration in ms (default "lockLeaseMs")
+	Rev      string // lease version, +1 per acquisition and renewal (default "lockRev")
+	Fence    string // acquisitions of this item ever: the fencing token (default "lockFence")
+}
+
+// DefaultItemAttributes are the attribute names used unless WithItemAttributes says otherwise.
+var DefaultItemAttributes = ItemAttributes{
+	LockedBy: "lockedBy", LockTime: "lockTime", Owner: "lockOwner", Until: "lockUntil",
+	LeaseMs: "lockLeaseMs", Rev: "lockRev", Fence: "lockFence",
+}
+
+func (a ItemAttributes) all() []string {
+	return []string{a.LockedBy, a.LockTime, a.Owner, a.Until, a.LeaseMs, a.Rev, a.Fence}
+}
+
+// ItemOption configures an ItemLocker.
+type ItemOption func(*ItemLocker) error
+
+// WithItemAttributes renames the lock attributes. Every name must be non-empty and
+// distinct.
+func WithItemAttributes(a ItemAttributes) ItemOption {
+	return func(il *ItemLocker) error {
+		seen := map[string]bool{}
+		for _, n := range a.all() {
+			if n == "" {
+				return invalidOption("itemAttributes", "every attribute name must be set")
+			}
+			if seen[n] {
+				return invalidOption("itemAttributes", "attribute name %q used twice", n)
+			}
+			seen[n] = true
+		}
+		il.attrs = a
+		return nil
+	}
+}
+
+// RequireItem makes Acquire fail with ErrItemNotFound when the item does not exist,
+// instead of creating it with only its key and lock attributes.
+func RequireItem() ItemOption {
+	return func(il *ItemLocker) error { il.requireItem = true; return nil }
+}
+
+// ItemLocker implements the locking read: the lock lives in attributes of the data item
+// itself. Acquire locks the item and returns its current contents in one UpdateItem
+// (ReturnValues ALL_NEW); UpdateAndRelease writes the caller's changes and unlocks in one
+// more, conditioned on the lease. Two calls per critical section, and the write is
+// self-fencing: it cannot land once another client has taken the lock.
+type ItemLocker struct {
+	db          DynamoDB
+	table       string
+	cfg         *config
+	attrs       ItemAttributes
+	requireItem bool
+}
+
+// NewItemLocker returns an ItemLocker on table. opts are the common options; itemOpts
+// configure the attribute names and whether the item must exist.
+func NewItemLocker(db DynamoDB, table string, opts []Option, itemOpts ...ItemOption) (*ItemLocker, error) {
+	if db == nil {
+		return nil, invalidOption("db", "must not be nil")
+	}
+	if table == "" {
+		return nil, invalidOption("table", "must not be empty")
+	}
+	cfg, err := newConfig(opts)
+	if err != nil {
+		return nil, err
+	}
+	il := &ItemLocker{db: db, table: table, cfg: cfg, attrs: DefaultItemAttributes}
+	for _, o := range itemOpts {
+		if o == nil {
+			continue
+		}
+		if err := o(il); err != nil {
+			return nil, err
+		}
+	}
+	return il, nil
+}
+
+// ItemLease is a lease on a data item together with the item as it was when locked.
+type ItemLease struct {
+	*Lease
+	item item
+	ikey item
+}
+
+// Item returns the item's attributes without the lock attributes. It is nil when the
+// item did not exist before Acquire (without RequireItem).
+func (il *ItemLease) Item() map[string]types.AttributeValue { return il.item }
+
+// Acquire locks the item with the given primary key and reads it, in one call. key must
+// hold exactly the table's key attributes (string, number or binary values).
+func (il *ItemLocker) Acquire(ctx context.Context, key map[string]types.AttributeValue, opts ...AcquireOption) (*ItemLease, error) {
+	ac, err := il.cfg.acquireConfig(opts)
+	if err != nil {
+		return nil, err
+	}
+	if err := il.validateKey(key); err != nil {
+		return nil, err
+	}
+	label := keyLabel(key)
+	leaseID := newLeaseID(il.cfg.owner)
+	var got item
+	var start, firstUncertain time.Time
+	var uncertain bool
+	err = il.cfg.waitFor(ctx, label, ac.wait, func(ctx context.Context, stale *Holder) (bool, *Holder, error) {
+		start = il.cfg.clock.Now()
+		it, holder, amb, err := il.attempt(ctx, key, leaseID, stale)
+		if amb && !uncertain {
+			uncertain, firstUncertain = true, start
+		}
+		got = it
+		return it != nil, holder, err
+	})
+	if uncertain && firstUncertain.Before(start) {
+		start = firstUncertain
+	}
+	if err != nil {
+		if uncertain {
+			il.abandon(ctx, key, leaseID)
+		}
+		return nil, err
+	}
+	fence, _ := attrN(got, il.attrs.Fence)
+	l := newLease(il, il.cfg, label, "", leaseID, Fence(fence), start)
+	l.ikey = key
+	lease := &ItemLease{Lease: l, item: il.strip(got, key), ikey: key}
+	l.startHeartbeat(ctx, il.cfg.heartbeat)
+	return lease, nil
+}
+
+// TryAcquire is Acquire with NoWait.
+func (il *ItemLocker) TryAcquire(ctx context.Context, key map[string]types.AttributeValue, opts ...AcquireOption) (*ItemLease, error) {
+	return il.Acquire(ctx, key, append(opts, Wait(NoWait()))...)
+}
+
+func (il *ItemLocker) validateKey(key map[string]types.AttributeValue) error {
+	if len(key) == 0 || len(key) > 2 {
+		return invalidKey("key", "must hold the table's 1 or 2 key attributes, got %d", len(key))
+	}
+	for k, v := range key {
+		if k == "" {
+			return invalidKey("key", "attribute name must not be empty")
+		}
+		var size int
+		switch x := v.(type) {
+		case *types.AttributeValueMemberS:
+			size = len(x.Value)
+		case *types.AttributeValueMemberB:
+			size = len(x.Value)
+		case *types.AttributeValueMemberN:
+			size = len(x.Value)
+		default:
+			return invalidKey("key."+k, "must be a string, number or binary value, got %T", v)
+		}
+		if size == 0 {
+			return invalidKey("key."+k, "must not be empty")
+		}
+		if size > MaxPartitionKeyBytes {
+			return invalidKey("key."+k, "is %d bytes; DynamoDB key attributes hold at most %d", size, MaxPartitionKeyBytes)
+		}
+		for _, a := range il.attrs.all() {
+			if k == a {
+				return invalidKey("key."+k, "collides with lock attribute %q", a)
+			}
+		}
+	}
+	return nil
+}
+
+func keyLabel(key item) string {
+	label := ""
+	for _, k := range sortedKeys(key) {
+		if label != "" {
+			label += ","
+		}
+		switch x := key[k].(type) {
+		case *types.AttributeValueMemberS:
+			label += k + "=" + x.Value
+		case *types.AttributeValueMemberN:
+			label += k + "=" + x.Value
+		default:
+			label += k + "=<binary>"
+		}
+	}
+	return label
+}
+
+func (il *ItemLocker) attempt(ctx context.Context, key item, leaseID string, stale *Holder) (won item, holder *Holder, ambiguous bool, err error) {
+	a := il.attrs
+	now := il.cfg.clock.Now()
+	until := now.Add(il.cfg.lease)
+	free := expression.AttributeNotExists(name(a.LockedBy))
+	if il.cfg.takeover.wallClock {
+		free = expression.Or(free, expression.LessThan(name(a.Until), value(now.Add(-il.cfg.takeover.skew).UnixMilli())))
+	}
+	if stale != nil {
+		free = expression.Or(free, expression.And(
+			expression.Equal(name(a.LockedBy), value(stale.LeaseID)),
+			expression.Equal(name(a.Rev), value(stale.Rev))))
+	}
+	cond := free
+	if il.requireItem {
+		cond = expression.And(expression.AttributeExists(name(anyKeyName(key))), free)
+	}
+	upd := expression.Set(name(a.LockedBy), value(leaseID)).
+		Set(name(a.Owner), value(il.cfg.owner)).
+		Set(name(a.LockTime), value(now.UnixMilli())).
+		Set(name(a.Until), value(until.UnixMilli())).
+		Set(name(a.LeaseMs), value(il.cfg.lease.Milliseconds())).
+		Add(name(a.Rev), value(1)).
+		Add(name(a.Fence), value(1))
+	e := expr(expression.NewBuilder().WithCondition(cond).WithUpdate(upd))
+	out, err := il.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+		TableName:                           aws.String(il.table),
+		Key:                                 key,
+		ConditionExpression:                 e.Condition(),
+		UpdateExpression:                    e.Update(),
+		ExpressionAttributeNames:            e.Names(),
+		ExpressionAttributeValues:           e.Values(),
+		ReturnValues:                        types.ReturnValueAllNew,
+		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
+	}, noSDKRetry)
+	if err == nil {
+		return out.Attributes, nil, false, nil
+	}
+	switch classify(err) {
+	case errCondition:
+		old, ok := conditionOld(err)
+		if !ok {
+			if old, err = il.read(ctx, key); err != nil {
+				return nil, nil, false, nil
+			}
+		}
+		if old == nil && il.requireItem {
+			return nil, nil, false, fmt.Errorf("%w: %s in %s", ErrItemNotFound, keyLabel(key), il.table)
+		}
+		if attrS(old, a.LockedBy) == leaseID {
+			return old, nil, false, nil
+		}
+		return nil, il.holderOf(old), false, nil
+	case errRetryable:
+		return nil, nil, false, nil
+	case errAmbiguous:
+		rctx, cancel := detached(ctx)
+		defer cancel()
+		cur, rerr := il.read(rctx, key)
+		if rerr != nil {
+			return nil, nil, true, nil
+		}
+		if attrS(cur, a.LockedBy) == leaseID {
+			return cur, nil, false, nil
+		}
+		if ctx.Err() != nil {
+			return nil, nil, true, ctx.Err()
+		}
+		return nil, il.holderOf(cur), true, nil
+	default:
+		return nil, nil, false, fmt.Errorf("lockcore: lock item %s: %w", keyLabel(key), err)
+	}
+}
+
+func anyKeyName(key item) string { return sortedKeys(key)[0] }
+
+func (il *ItemLocker) holderOf(it item) *Holder {
+	a := il.attrs
+	if it == nil || attrS(it, a.LockedBy) == "" {
+		return nil
+	}
+	rev, _ := attrN(it, a.Rev)
+	ms, _ := attrN(it, a.LeaseMs)
+	until, _ := attrN(it, a.Until)
+	fence, _ := attrN(it, a.Fence)
+	return &Holder{
+		Owner: attrS(it, a.Owner), LeaseID: attrS(it, a.LockedBy), Rev: rev,
+		Lease: time.Duration(ms) * time.Millisecond, Until: time.UnixMilli(until), Token: Fence(fence),
+	}
+}
+
+// strip removes the lock attributes; it returns nil for an item that held nothing but
+// its key and lock attributes (it did not exist before the lock created it).
+func (il *ItemLocker) strip(it, key item) item {
+	out := make(item, len(it))
+	data := false
+	for k, v := range it {
+		if il.isLockAttr(k) {
+			continue
+		}
+		out[k] = v
+		if _, isKey := key[k]; !isKey {
+			data = true
+		}
+	}
+	if !data {
+		return nil
+	}
+	return out
+}
+
+func (il *ItemLocker) isLockAttr(k string) bool {
+	for _, a := range il.attrs.all() {
+		if k == a {
+			return true
+		}
+	}
+	return false
+}
+
+func (il *ItemLocker) read(ctx context.Context, key item) (item, error) {
+	out, err := il.db.GetItem(ctx, &dynamodb.GetItemInput{
+		TableName: aws.String(il.table), Key: key, ConsistentRead: aws.Bool(true),
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out.Item, nil
+}
+
+func (il *ItemLocker) abandon(ctx context.Context, key item, leaseID string) {
+	ctx, cancel := detached(ctx)
+	defer cancel()
+	l := &Lease{key: keyLabel(key), id: leaseID, owner: il.cfg.owner, clock: il.cfg.clock, ikey: key}
+	_ = il.release(ctx, l)
+}
+
+func (il *ItemLocker) ownedBy(l *Lease) expression.ConditionBuilder {
+	return expression.And(
+		expression.Equal(name(il.attrs.LockedBy), value(l.id)),
+		expression.Equal(name(il.attrs.Owner), value(l.owner)))
+}
+
+func (il *ItemLocker) unlock(u expression.UpdateBuilder) expression.UpdateBuilder {
+	a := il.attrs
+	return u.Remove(name(a.LockedBy)).Remove(name(a.Owner)).Remove(name(a.Until)).Remove(name(a.LockTime))
+}
+
+// ErrConditionFailed is returned by UpdateAndRelease when the caller's own condition
+// failed. Nothing was written and the lease is still held.
+var ErrConditionFailed = errors.New("lockcore: caller's condition failed")
+
+// UpdateAndRelease applies update to the locked item and releases the lock in one
+// conditional UpdateItem. cond, if not nil, is an extra condition of the caller's.
+// It returns the item as written (without lock attributes).
+//
+// Errors: ErrLeaseLost (wrapped in *LeaseError) when the lock was taken over meanwhile —
+// nothing was written; ErrConditionFailed when cond failed — nothing was written and the
+// lease is still held (call Release).
+func (il *ItemLocker) UpdateAndRelease(ctx context.Context, lease *ItemLease, update expression.UpdateBuilder, cond *expression.ConditionBuilder) (map[string]types.AttributeValue, error) {
+	return il.write(ctx, lease, update, cond, true)
+}
+
+// Update applies update to the locked item and keeps the lock, conditioned on the lease.
+func (il *ItemLocker) Update(ctx context.Context, lease *ItemLease, update expression.UpdateBuilder, cond *expression.ConditionBuilder) (map[string]types.AttributeValue, error) {
+	return il.write(ctx, lease, update, cond, false)
+}
+
+func (il *ItemLocker) write(ctx context.Context, lease *ItemLease, update expression.UpdateBuilder, cond *expression.ConditionBuilder, release bool) (item, error) {
+	if lease == nil || lease.Lease == nil {
+		return nil, invalidOption("lease", "must not be nil")
+	}
+	l := lease.Lease
+	op := "update"
+	if release {
+		op = "update-and-release"
+		l.stopHeartbeat()
+	}
+	if err := l.Err(); err != nil {
+		return nil, err
+	}
+	c := il.ownedBy(l)
+	if cond != nil {
+		c = expression.And(c, *cond)
+	}
+	u := update
+	if release {
+		u = il.unlock(update)
+	}
+	e, err := expression.NewBuilder().WithCondition(c).WithUpdate(u).Build()
+	if err != nil {
+		return nil, invalidOption("update", "%v", err)
+	}
+	bo := backoff{base: il.cfg.backoffBase, cap: il.cfg.backoffCap}
+	for {
+		out, err := il.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+			TableName:                           aws.String(il.table),
+			Key:                                 lease.ikey,
+			ConditionExpression:                 e.Condition(),
+			UpdateExpression:                    e.Update(),
+			ExpressionAttributeNames:            e.Names(),
+			ExpressionAttributeValues:           e.Values(),
+			ReturnValues:                        types.ReturnValueAllNew,
+			ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
+		}, noSDKRetry)
+		if err == nil {
+			if release {
+				l.finish(nil)
+			}
+			return il.strip(out.Attributes, lease.ikey), nil
+		}
+		switch classify(err) {
+		case errCondition:
+			old, ok := conditionOld(err)
+			if !ok {
+				old, _ = il.read(ctx, lease.ikey)
+			}
+			if attrS(old, il.attrs.LockedBy) == l.id && attrS(old, il.attrs.Owner) == l.owner {
+				return nil, fmt.Errorf("lockcore: %s %s: %w", op, l.key, ErrConditionFailed)
+			}
+			lerr := il.classifyOld(op, l, old)
+			if errors.Is(lerr, ErrLeaseLost) {
+				l.finish(lerr)
+			}
+			return nil, lerr
+		case errFatal:
+			return nil, fmt.Errorf("lockcore: %s %s: %w", op, l.key, err)
+		case errAmbiguous:
+			rctx, cancel := detached(ctx)
+			cur, rerr := il.read(rctx, lease.ikey)
+			cancel()
+			if rerr == nil && attrS(cur, il.attrs.LockedBy) != l.id {
+				// Either our write landed (and released the lock) or the lease was lost
+				// before it could. The fence tells: nobody acquired since us and the
+				// lock is free, so the release can only have been ours.
+				f, _ := attrN(cur, il.attrs.Fence)
+				if release && attrS(cur, il.attrs.LockedBy) == "" && Fence(f) == l.token {
+					l.finish(nil)
+					return il.strip(cur, lease.ikey), nil
+				}
+				lerr := &LeaseError{Op: op, Key: l.key, LeaseID: l.id, Current: il.holderOf(cur),
+					Err: fmt.Errorf("%w (outcome of the write unknown: %v)", ErrLeaseLost, err)}
+				l.finish(lerr)
+				return nil, lerr
+			}
+			// Still ours: the write did not land (it releases atomically). Retry.
+		}
+		if serr := sleep(ctx, bo.next()); serr != nil {
+			return nil, fmt.Errorf("lockcore: %s %s: %w (last error: %v)", op, l.key, serr, err)
+		}
+	}
+}
+
+func (il *ItemLocker) classifyOld(op string, l *Lease, old item) error {
+	if attrS(old, il.attrs.LockedBy) == l.id && attrS(old, il.attrs.Owner) != l.owner {
+		return &LeaseError{Op: op, Key: l.key, LeaseID: l.id, Current: il.holderOf(old), Err: ErrNotOwner}
+	}
+	return &LeaseError{Op: op, Key: l.key, LeaseID: l.id, Current: il.holderOf(old), Err: ErrLeaseLost}
+}
+
+// Attach returns a handle on a lease acquired elsewhere on the item with key, so that
+// this client can release or renew it (owner-checked). Its Token is zero.
+func (il *ItemLocker) Attach(key map[string]types.AttributeValue, leaseID string) (*ItemLease, error) {
+	if err := il.validateKey(key); err != nil {
+		return nil, err
+	}
+	if leaseID == "" {
+		return nil, invalidOption("leaseID", "must not be empty")
+	}
+	l := newLease(il, il.cfg, keyLabel(key), "", leaseID, 0, il.cfg.clock.Now())
+	l.ikey = key
+	return &ItemLease{Lease: l, ikey: key}, nil
+}
+
+// renew implements leaseOps.
+func (il *ItemLocker) renew(ctx context.Context, l *Lease) error {
+	bo := backoff{base: il.cfg.backoffBase, cap: il.cfg.backoffCap}
+	for {
+		now := il.cfg.clock.Now()
+		e := expr(expression.NewBuilder().WithCondition(il.ownedBy(l)).WithUpdate(
+			expression.Set(name(il.attrs.LockTime), value(now.UnixMilli())).
+				Set(name(il.attrs.Until), value(now.Add(l.duration).UnixMilli())).
+				Add(name(il.attrs.Rev), value(1))))
+		_, err := il.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+			TableName: aws.String(il.table), Key: l.ikey,
+			ConditionExpression: e.Condition(), UpdateExpression: e.Update(),
+			ExpressionAttributeNames: e.Names(), ExpressionAttributeValues: e.Values(),
+			ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
+		}, noSDKRetry)
+		if err == nil {
+			return nil
+		}
+		switch classify(err) {
+		case errCondition:
+			old, ok := conditionOld(err)
+			if !ok {
+				old, _ = il.read(ctx, l.ikey)
+			}
+			return il.classifyOld("renew", l, old)
+		case errFatal:
+			return fmt.Errorf("lockcore: renew %s: %w", l.key, err)
+		}
+		if serr := sleep(ctx, bo.next()); serr != nil {
+			return fmt.Errorf("lockcore: renew %s: %w (last error: %v)", l.key, serr, err)
+		}
+	}
+}
+
+// release implements leaseOps: it removes the lock attributes, owner-checked.
+func (il *ItemLocker) release(ctx context.Context, l *Lease) error {
+	bo := backoff{base: il.cfg.backoffBase, cap: il.cfg.backoffCap}
+	e := expr(expression.NewBuilder().WithCondition(il.ownedBy(l)).WithUpdate(il.unlock(expression.UpdateBuilder{})))
+	for {
+		_, err := il.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+			TableName: aws.String(il.table), Key: l.ikey,
+			ConditionExpression: e.Condition(), UpdateExpression: e.Update(),
+			ExpressionAttributeNames: e.Names(), ExpressionAttributeValues: e.Values(),
+			ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
+		}, noSDKRetry)
+		if err == nil {
+			return nil
+		}
+		switch classify(err) {
+		case errCondition:
+			old, ok := conditionOld(err)
+			if !ok {
+				old, _ = il.read(ctx, l.ikey)
+			}
+			if attrS(old, il.attrs.LockedBy) == "" {
+				f, _ := attrN(old, il.attrs.Fence)
+				if l.token != 0 && Fence(f) == l.token {
+					return nil // our earlier attempt released it
+				}
+			}
+			return il.classifyOld("release", l, old)
+		case errFatal:
+			return fmt.Errorf("lockcore: release %s: %w", l.key, err)
+		}
+		if serr := sleep(ctx, bo.next()); serr != nil {
+			return fmt.Errorf("lockcore: release %s: %w (last error: %v)", l.key, serr, err)
+		}
+	}
+}

@@ -1,0 +1,42 @@
+package lockcore
+
+import (
+	"strings"
+	"unicode/utf8"
+)
+
+// DynamoDB key limits: a partition key value is 1..2048 bytes, a sort key value 1..1024.
+const (
+	MaxPartitionKeyBytes = 2048
+	MaxSortKeyBytes      = 1024
+)
+
+// reservedPrefix marks rows lockcore writes for its own bookkeeping (fence epochs, queue
+// counters); user keys must not start with it.
+const reservedPrefix = "turnstile#"
+
+func validatePK(field, v string) error {
+	switch {
+	case v == "":
+		return invalidKey(field, "must not be empty")
+	case len(v) > MaxPartitionKeyBytes:
+		return invalidKey(field, "is %d bytes; DynamoDB partition keys hold at most %d", len(v), MaxPartitionKeyBytes)
+	case !utf8.ValidString(v):
+		return invalidKey(field, "must be valid UTF-8")
+	case strings.HasPrefix(v, reservedPrefix):
+		return invalidKey(field, "must not start with the reserved prefix %q", reservedPrefix)
+	}
+	return nil
+}
+
+func validateSK(field, v string, room int) error {
+	switch {
+	case v == "":
+		return invalidKey(field, "must not be empty")
+	case len(v)+room > MaxSortKeyBytes:
+		return invalidKey(field, "is %d bytes; at most %d fit in a DynamoDB sort key here", len(v), MaxSortKeyBytes-room)
+	case !utf8.ValidString(v):
+		return invalidKey(field, "must be valid UTF-8")
+	}
+	return nil
+}

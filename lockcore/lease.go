@@ -1,0 +1,253 @@
+package lockcore
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+)
+
+// leaseOps is what a strategy does to renew or release one of its leases.
+type leaseOps interface {
+	// renew extends the lease; it returns ErrLeaseLost / ErrNotOwner (wrapped) when the
+	// lease is no longer the caller's.
+	renew(ctx context.Context, l *Lease) error
+	// release gives the lease up. Releasing an already released lease returns nil.
+	release(ctx context.Context, l *Lease) error
+}
+
+// Lease is one successful acquisition. It is safe for concurrent use.
+//
+// A Lease renews itself in the background when the client was configured with a
+// heartbeat (the default: every half lease) until Release, until the context given to
+// Acquire ends, or until a renewal finds the lease gone. Done is closed then; Err says
+// why. Code working under a lease should watch Done (or use Context) and stop writing
+// when it closes.
+type Lease struct {
+	key, namespace, id, owner string
+	token                     Fence
+	duration                  time.Duration
+	clock                     Clock
+	ops                       leaseOps
+	ikey                      item // data item key (locking read only)
+
+	mu         sync.Mutex
+	validUntil time.Time // local clock: start of the last successful acquire/renew + duration
+	finished   bool      // released or lost
+	err        error
+	done       chan struct{}
+	stopHB     context.CancelFunc
+	hbDone     chan struct{}
+}
+
+func newLease(ops leaseOps, cfg *config, key, ns, id string, token Fence, start time.Time) *Lease {
+	return &Lease{
+		key: key, namespace: ns, id: id, owner: cfg.owner, token: token,
+		duration: cfg.lease, clock: cfg.clock, ops: ops,
+		validUntil: start.Add(cfg.lease),
+		done:       make(chan struct{}),
+	}
+}
+
+// Key returns the locked key.
+func (l *Lease) Key() string { return l.key }
+
+// Namespace returns the lock's namespace (the lock row's sort key) where the strategy has one.
+func (l *Lease) Namespace() string { return l.namespace }
+
+// ID returns the lease id: the owner name plus a random suffix, unique per acquisition.
+func (l *Lease) ID() string { return l.id }
+
+// Owner returns the owner name of the client that acquired the lease.
+func (l *Lease) Owner() string { return l.owner }
+
+// Token returns the fencing token of this acquisition.
+func (l *Lease) Token() Fence { return l.token }
+
+// Duration returns the lease duration.
+func (l *Lease) Duration() time.Duration { return l.duration }
+
+// Done is closed when the lease is released or lost.
+func (l *Lease) Done() <-chan struct{} { return l.done }
+
+// Err returns nil while the lease is held or after a clean Release, and an error
+// matching ErrLeaseLost once the lease was lost.
+func (l *Lease) Err() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.err
+}
+
+// Remaining returns how long the lease is certainly valid by the local clock: the lease
+// duration counted from the start of the last successful acquire or renew call. Zero
+// means the holder must assume the lease is gone.
+func (l *Lease) Remaining() time.Duration {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.finished {
+		return 0
+	}
+	return max(0, l.validUntil.Sub(l.clock.Now()))
+}
+
+// Context returns a context that is cancelled when the lease is released or lost, when
+// its local validity runs out without a renewal, or when parent ends. context.Cause
+// tells which.
+func (l *Lease) Context(parent context.Context) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancelCause(parent)
+	go func() {
+		for {
+			rem := l.Remaining()
+			if rem <= 0 {
+				select {
+				case <-l.done:
+					cancel(l.causeOrReleased())
+				default:
+					cancel(&LeaseError{Op: "validity", Key: l.key, LeaseID: l.id, Err: ErrLeaseLost})
+				}
+				return
+			}
+			t := time.NewTimer(rem)
+			select {
+			case <-l.done:
+				t.Stop()
+				cancel(l.causeOrReleased())
+				return
+			case <-ctx.Done():
+				t.Stop()
+				return
+			case <-t.C:
+			}
+		}
+	}()
+	return ctx, func() { cancel(context.Canceled) }
+}
+
+var errReleased = errors.New("lockcore: lease released")
+
+func (l *Lease) causeOrReleased() error {
+	if err := l.Err(); err != nil {
+		return err
+	}
+	return errReleased
+}
+
+// Renew extends the lease now. It returns an error matching ErrLeaseLost when the lease
+// was taken over or expired and removed, ErrNotOwner when it belongs to another owner.
+func (l *Lease) Renew(ctx context.Context) error {
+	l.mu.Lock()
+	if l.finished {
+		err := l.err
+		l.mu.Unlock()
+		if err == nil {
+			err = &LeaseError{Op: "renew", Key: l.key, LeaseID: l.id, Err: ErrLeaseLost}
+		}
+		return err
+	}
+	l.mu.Unlock()
+	start := l.clock.Now()
+	err := l.ops.renew(ctx, l)
+	if err != nil {
+		if errors.Is(err, ErrLeaseLost) {
+			l.finish(err)
+		}
+		return err
+	}
+	l.mu.Lock()
+	if v := start.Add(l.duration); v.After(l.validUntil) {
+		l.validUntil = v
+	}
+	l.mu.Unlock()
+	return nil
+}
+
+// Release gives the lease up and stops its heartbeat. Releasing twice is harmless. It
+// returns an error matching ErrLeaseLost when the lease had already been lost (the work
+// done under it may have overlapped another holder's) and ErrNotOwner when the lease
+// belongs to another owner.
+func (l *Lease) Release(ctx context.Context) error {
+	l.stopHeartbeat()
+	l.mu.Lock()
+	if l.finished {
+		err := l.err
+		l.mu.Unlock()
+		return err
+	}
+	l.mu.Unlock()
+	err := l.ops.release(ctx, l)
+	if err != nil && !errors.Is(err, ErrLeaseLost) {
+		return err // transient or not ours: the lease may still be held
+	}
+	l.finish(err)
+	return err
+}
+
+// finish marks the lease released (err == nil) or lost.
+func (l *Lease) finish(err error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.finished {
+		return
+	}
+	l.finished, l.err = true, err
+	close(l.done)
+}
+
+func (l *Lease) stopHeartbeat() {
+	l.mu.Lock()
+	stop, done := l.stopHB, l.hbDone
+	l.mu.Unlock()
+	if stop != nil {
+		stop()
+		<-done
+	}
+}
+
+// startHeartbeat renews the lease every interval until Release, ctx's end, or loss.
+// A renewal that fails transiently is retried sooner; if the local validity runs out
+// without a successful renewal, the lease is reported lost.
+func (l *Lease) startHeartbeat(ctx context.Context, interval time.Duration) {
+	if interval <= 0 {
+		return
+	}
+	hbCtx, cancel := context.WithCancel(ctx)
+	l.mu.Lock()
+	l.stopHB, l.hbDone = cancel, make(chan struct{})
+	l.mu.Unlock()
+	go func() {
+		defer close(l.hbDone)
+		// The first renewal is due one interval into the lease's validity.
+		wait := max(0, l.Remaining()-(l.duration-interval))
+		for {
+			t := time.NewTimer(wait)
+			select {
+			case <-hbCtx.Done():
+				t.Stop()
+				return
+			case <-l.done:
+				t.Stop()
+				return
+			case <-t.C:
+			}
+			rem := l.Remaining()
+			if rem <= 0 {
+				l.finish(&LeaseError{Op: "heartbeat", Key: l.key, LeaseID: l.id, Err: ErrLeaseLost})
+				return
+			}
+			callCtx, cancelCall := context.WithTimeout(hbCtx, rem)
+			err := l.Renew(callCtx)
+			cancelCall()
+			switch {
+			case err == nil:
+				wait = interval
+			case errors.Is(err, ErrLeaseLost) || errors.Is(err, ErrNotOwner):
+				l.finish(err)
+				return
+			case hbCtx.Err() != nil:
+				return
+			default:
+				wait = max(interval/4, 10*time.Millisecond) // transient: try again soon
+			}
+		}
+	}()
+}

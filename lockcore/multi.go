@@ -1,0 +1,87 @@
+package lockcore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+)
+
+// MultiLease holds several keys of one Mutex, acquired together.
+type MultiLease struct {
+	leases []*Lease
+}
+
+// Leases returns the held leases in canonical (sorted) key order.
+func (ml *MultiLease) Leases() []*Lease { return ml.leases }
+
+// Token returns the fencing token for key (0 if key is not part of the set).
+func (ml *MultiLease) Token(key string) Fence {
+	for _, l := range ml.leases {
+		if l.key == key {
+			return l.token
+		}
+	}
+	return 0
+}
+
+// Err returns the first lease-lost error among the held leases, or nil.
+func (ml *MultiLease) Err() error {
+	for _, l := range ml.leases {
+		if err := l.Err(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Release releases every lease (in reverse order) and joins their errors.
+func (ml *MultiLease) Release(ctx context.Context) error {
+	var errs []error
+	for i := len(ml.leases) - 1; i >= 0; i-- {
+		if err := ml.leases[i].Release(ctx); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// AcquireAll takes the locks on every key, all or nothing. Keys are deduplicated and
+// taken in one canonical (byte-wise sorted) order, so two callers wanting overlapping
+// sets can never deadlock: each waits only for keys ordered after every key it holds.
+// The wait policy covers the whole set. On failure every lock already taken is released
+// and the error names the key that could not be had.
+func (m *Mutex) AcquireAll(ctx context.Context, keys []string, opts ...AcquireOption) (*MultiLease, error) {
+	if len(keys) == 0 {
+		return nil, invalidKey("keys", "must not be empty")
+	}
+	ac, err := m.cfg.acquireConfig(opts)
+	if err != nil {
+		return nil, err
+	}
+	sorted := slices.Clone(keys)
+	slices.Sort(sorted)
+	sorted = slices.Compact(sorted)
+	for i, k := range sorted {
+		if err := m.validate(k, ac.namespace); err != nil {
+			return nil, fmt.Errorf("keys[%d]: %w", i, err)
+		}
+	}
+	start := m.cfg.clock.Now()
+	ml := &MultiLease{}
+	for _, k := range sorted {
+		policy := ac.wait
+		if !policy.forever && policy.max > 0 {
+			policy = WaitUpTo(max(0, policy.max-m.cfg.clock.Now().Sub(start)))
+		}
+		l, err := m.Acquire(ctx, k, append(slices.Clone(opts), Wait(policy))...)
+		if err != nil {
+			rctx, cancel := detached(ctx)
+			_ = ml.Release(rctx)
+			cancel()
+			return nil, fmt.Errorf("lockcore: acquire all (%d keys): key %q: %w", len(sorted), k, err)
+		}
+		ml.leases = append(ml.leases, l)
+	}
+	return ml, nil
+}

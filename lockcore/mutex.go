@@ -1,0 +1,440 @@
+package lockcore
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/expression"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+)
+
+// Lock-table attribute names. The table's key is pk (lock key) and sk (namespace);
+// expiresAt is its TTL attribute.
+const (
+	attrPK         = "pk"
+	attrSK         = "sk"
+	attrState      = "state"      // "held" or "released"
+	attrOwner      = "owner"      // owner name of the holder
+	attrLeaseID    = "leaseId"    // unique id of the acquisition
+	attrRev        = "rev"        // lease version: +1 on every acquisition and renewal
+	attrFence      = "fence"      // acquisitions during this row's life
+	attrEpoch      = "epoch"      // fence epoch of this row's life (see fenceKeeper)
+	attrLeaseMs    = "leaseMs"    // lease duration in ms
+	attrUntil      = "until"      // holder's wall-clock lease end, ms since the epoch
+	attrExpiresAt  = "expiresAt"  // TTL, seconds since the epoch
+	attrAcquiredAt = "acquiredAt" // ms since the epoch
+	attrData       = "data"       // caller's opaque data
+
+	stateHeld     = "held"
+	stateReleased = "released"
+)
+
+// Mutex is a lease-based mutual-exclusion lock on rows of a lock table (partition key
+// "pk", sort key "sk", TTL attribute "expiresAt", as LockTable in template.yaml).
+//
+// An uncontended critical section costs two calls: one conditional UpdateItem to
+// acquire (which also returns the holder when it fails) and one to release; heartbeats
+// add one call per interval. The first acquisition of a key, and the first after its
+// row was deleted, costs two more calls to start a new fence epoch.
+type Mutex struct {
+	db    DynamoDB
+	table string
+	cfg   *config
+}
+
+// NewMutex returns a Mutex on table. It validates the options.
+func NewMutex(db DynamoDB, table string, opts ...Option) (*Mutex, error) {
+	if db == nil {
+		return nil, invalidOption("db", "must not be nil")
+	}
+	if table == "" {
+		return nil, invalidOption("table", "must not be empty")
+	}
+	cfg, err := newConfig(opts)
+	if err != nil {
+		return nil, err
+	}
+	return &Mutex{db: db, table: table, cfg: cfg}, nil
+}
+
+// Owner returns this client's owner name.
+func (m *Mutex) Owner() string { return m.cfg.owner }
+
+// LockInfo is what Get reports about a lock.
+type LockInfo struct {
+	Key, Namespace string
+	Held           bool    // a lease is recorded as held (it may have expired: see Expired)
+	Expired        bool    // the recorded lease end lies in the past by this client's clock
+	Holder         *Holder // nil when not held
+	Data           []byte  // data stored with the lease
+}
+
+// Acquire takes the lock on key, waiting as the client's wait policy says (default:
+// until ctx ends) unless overridden with Wait. On contention it returns a *HeldError
+// (ErrLockHeld, plus ErrWaitTimeout or the context error when a wait ended).
+func (m *Mutex) Acquire(ctx context.Context, key string, opts ...AcquireOption) (*Lease, error) {
+	ac, err := m.cfg.acquireConfig(opts)
+	if err != nil {
+		return nil, err
+	}
+	if err := m.validate(key, ac.namespace); err != nil {
+		return nil, err
+	}
+	leaseID := newLeaseID(m.cfg.owner)
+	var got item
+	var start time.Time
+	var uncertain bool // an attempt may have landed without our knowing
+	var firstUncertain time.Time
+	err = m.cfg.waitFor(ctx, key, ac.wait, func(ctx context.Context, stale *Holder) (bool, *Holder, error) {
+		start = m.cfg.clock.Now()
+		it, holder, amb, err := m.attempt(ctx, key, ac, leaseID, stale)
+		if amb && !uncertain {
+			uncertain, firstUncertain = true, start
+		}
+		got = it
+		return it != nil, holder, err
+	})
+	if uncertain && firstUncertain.Before(start) {
+		// The write that won may be an earlier attempt's: count validity from there.
+		start = firstUncertain
+	}
+	if err != nil {
+		if uncertain {
+			m.abandon(ctx, key, ac.namespace, leaseID)
+		}
+		return nil, err
+	}
+	epoch, ok := attrN(got, attrEpoch)
+	if !ok {
+		if epoch, err = m.startEpoch(ctx, key, ac.namespace, leaseID); err != nil {
+			m.abandon(ctx, key, ac.namespace, leaseID)
+			return nil, err
+		}
+	}
+	fence, _ := attrN(got, attrFence)
+	l := newLease(m, m.cfg, key, ac.namespace, leaseID, makeFence(epoch, fence), start)
+	l.startHeartbeat(ctx, m.cfg.heartbeat)
+	return l, nil
+}
+
+// TryAcquire takes the lock only if it is free now (NoWait).
+func (m *Mutex) TryAcquire(ctx context.Context, key string, opts ...AcquireOption) (*Lease, error) {
+	return m.Acquire(ctx, key, append(opts, Wait(NoWait()))...)
+}
+
+func (m *Mutex) validate(key, ns string) error {
+	if err := validatePK("key", key); err != nil {
+		return err
+	}
+	return validateSK("namespace", ns, 0)
+}
+
+func (m *Mutex) keyOf(key, ns string) item {
+	return item{attrPK: s(key), attrSK: s(ns)}
+}
+
+// attempt makes one conditional acquisition. It returns the new item when it won, or the
+// holder that blocked it.
+func (m *Mutex) attempt(ctx context.Context, key string, ac *acquireConfig, leaseID string, stale *Holder) (won item, holder *Holder, ambiguous bool, err error) {
+	now := m.cfg.clock.Now()
+	until := now.Add(m.cfg.lease)
+	free := expression.Or(
+		expression.AttributeNotExists(name(attrPK)),
+		expression.Equal(name(attrState), value(stateReleased)),
+	)
+	if m.cfg.takeover.wallClock {
+		cutoff := now.Add(-m.cfg.takeover.skew).UnixMilli()
+		free = expression.Or(free, expression.LessThan(name(attrUntil), value(cutoff)))
+	}
+	if stale != nil {
+		free = expression.Or(free, expression.And(
+			expression.Equal(name(attrLeaseID), value(stale.LeaseID)),
+			expression.Equal(name(attrRev), value(stale.Rev)),
+		))
+	}
+	upd := expression.Set(name(attrState), value(stateHeld)).
+		Set(name(attrOwner), value(m.cfg.owner)).
+		Set(name(attrLeaseID), value(leaseID)).
+		Set(name(attrLeaseMs), value(m.cfg.lease.Milliseconds())).
+		Set(name(attrUntil), value(until.UnixMilli())).
+		Set(name(attrExpiresAt), value(ttlSeconds(until.Add(m.cfg.ttlGrace)))).
+		Set(name(attrAcquiredAt), value(now.UnixMilli())).
+		Add(name(attrRev), value(1)).
+		Add(name(attrFence), value(1))
+	if ac.data != nil {
+		upd = upd.Set(name(attrData), value(ac.data))
+	} else {
+		upd = upd.Remove(name(attrData))
+	}
+	e := expr(expression.NewBuilder().WithCondition(free).WithUpdate(upd))
+	out, err := m.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+		TableName:                           aws.String(m.table),
+		Key:                                 m.keyOf(key, ac.namespace),
+		ConditionExpression:                 e.Condition(),
+		UpdateExpression:                    e.Update(),
+		ExpressionAttributeNames:            e.Names(),
+		ExpressionAttributeValues:           e.Values(),
+		ReturnValues:                        types.ReturnValueAllNew,
+		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
+	}, noSDKRetry)
+	if err == nil {
+		return out.Attributes, nil, false, nil
+	}
+	switch classify(err) {
+	case errCondition:
+		old, ok := conditionOld(err)
+		if !ok { // engine without ReturnValuesOnConditionCheckFailure
+			if old, err = m.read(ctx, key, ac.namespace); err != nil {
+				return nil, nil, false, nil // learned nothing; try again
+			}
+		}
+		if attrS(old, attrLeaseID) == leaseID && attrS(old, attrState) == stateHeld {
+			return old, nil, false, nil // an earlier attempt of ours landed
+		}
+		return nil, holderOf(old), false, nil
+	case errRetryable:
+		return nil, nil, false, nil
+	case errAmbiguous:
+		rctx, cancel := detached(ctx)
+		defer cancel()
+		cur, rerr := m.read(rctx, key, ac.namespace)
+		if rerr != nil {
+			return nil, nil, true, nil
+		}
+		if attrS(cur, attrLeaseID) == leaseID && attrS(cur, attrState) == stateHeld {
+			return cur, nil, false, nil // it landed
+		}
+		if ctx.Err() != nil {
+			return nil, nil, true, ctx.Err()
+		}
+		return nil, holderOf(cur), true, nil
+	default:
+		return nil, nil, false, fmt.Errorf("lockcore: acquire %q: %w", key, err)
+	}
+}
+
+// abandon releases, best effort, a lease that may have landed after this client gave up
+// on it, so that no orphaned lease outlives an ambiguous failure.
+func (m *Mutex) abandon(ctx context.Context, key, ns, leaseID string) {
+	ctx, cancel := detached(ctx)
+	defer cancel()
+	l := &Lease{key: key, namespace: ns, id: leaseID, owner: m.cfg.owner, clock: m.cfg.clock}
+	_ = m.release(ctx, l)
+}
+
+func holderOf(it item) *Holder {
+	if it == nil || attrS(it, attrState) != stateHeld {
+		return nil
+	}
+	rev, _ := attrN(it, attrRev)
+	ms, _ := attrN(it, attrLeaseMs)
+	until, _ := attrN(it, attrUntil)
+	epoch, _ := attrN(it, attrEpoch)
+	fence, _ := attrN(it, attrFence)
+	return &Holder{
+		Owner:   attrS(it, attrOwner),
+		LeaseID: attrS(it, attrLeaseID),
+		Rev:     rev,
+		Lease:   time.Duration(ms) * time.Millisecond,
+		Until:   time.UnixMilli(until),
+		Token:   makeFence(epoch, fence),
+	}
+}
+
+func ttlSeconds(t time.Time) int64 { return (t.UnixMilli() + 999) / 1000 }
+
+func (m *Mutex) read(ctx context.Context, key, ns string) (item, error) {
+	out, err := m.db.GetItem(ctx, &dynamodb.GetItemInput{
+		TableName:      aws.String(m.table),
+		Key:            m.keyOf(key, ns),
+		ConsistentRead: aws.Bool(true),
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out.Item, nil
+}
+
+// Get reads the lock's state with a strongly consistent read. It never changes anything.
+func (m *Mutex) Get(ctx context.Context, key string, opts ...AcquireOption) (*LockInfo, error) {
+	ac, err := m.cfg.acquireConfig(opts)
+	if err != nil {
+		return nil, err
+	}
+	if err := m.validate(key, ac.namespace); err != nil {
+		return nil, err
+	}
+	it, err := m.read(ctx, key, ac.namespace)
+	if err != nil {
+		return nil, fmt.Errorf("lockcore: get %q: %w", key, err)
+	}
+	info := &LockInfo{Key: key, Namespace: ac.namespace, Holder: holderOf(it)}
+	if info.Holder != nil {
+		info.Held = true
+		info.Expired = info.Holder.Until.Before(m.cfg.clock.Now())
+		info.Data = attrB(it, attrData)
+	}
+	return info, nil
+}
+
+// IsLocked reports whether a lease on key is recorded as held and not yet past its end
+// by this client's clock (plus the skew allowance in wall-clock mode). It is a snapshot
+// for monitoring; never use it to decide to write, use Acquire.
+func (m *Mutex) IsLocked(ctx context.Context, key string, opts ...AcquireOption) (bool, error) {
+	info, err := m.Get(ctx, key, opts...)
+	if err != nil {
+		return false, err
+	}
+	if !info.Held {
+		return false, nil
+	}
+	return info.Holder.Until.Add(m.cfg.takeover.skew).After(m.cfg.clock.Now()), nil
+}
+
+// Attach returns a handle on a lease acquired elsewhere (say, by another process that
+// passed its lease id along), so that this client can renew or release it. The owner
+// check still applies: a lease acquired under another owner name fails with
+// ErrNotOwner. The handle's Token is zero and it has no heartbeat.
+func (m *Mutex) Attach(key, leaseID string, opts ...AcquireOption) (*Lease, error) {
+	ac, err := m.cfg.acquireConfig(opts)
+	if err != nil {
+		return nil, err
+	}
+	if err := m.validate(key, ac.namespace); err != nil {
+		return nil, err
+	}
+	if leaseID == "" {
+		return nil, invalidOption("leaseID", "must not be empty")
+	}
+	return newLease(m, m.cfg, key, ac.namespace, leaseID, 0, m.cfg.clock.Now()), nil
+}
+
+// renew implements leaseOps.
+func (m *Mutex) renew(ctx context.Context, l *Lease) error {
+	bo := backoff{base: m.cfg.backoffBase, cap: m.cfg.backoffCap}
+	for {
+		now := m.cfg.clock.Now()
+		until := now.Add(l.duration)
+		e := expr(expression.NewBuilder().
+			WithCondition(m.ownedBy(l)).
+			WithUpdate(expression.Set(name(attrUntil), value(until.UnixMilli())).
+				Set(name(attrExpiresAt), value(ttlSeconds(until.Add(m.cfg.ttlGrace)))).
+				Add(name(attrRev), value(1))))
+		_, err := m.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+			TableName:                           aws.String(m.table),
+			Key:                                 m.keyOf(l.key, l.namespace),
+			ConditionExpression:                 e.Condition(),
+			UpdateExpression:                    e.Update(),
+			ExpressionAttributeNames:            e.Names(),
+			ExpressionAttributeValues:           e.Values(),
+			ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
+		}, noSDKRetry)
+		switch {
+		case err == nil:
+			return nil
+		case classify(err) == errCondition:
+			return m.leaseFailure(ctx, "renew", l, err)
+		case classify(err) == errFatal:
+			return fmt.Errorf("lockcore: renew %q: %w", l.key, err)
+		}
+		// Throttled or ambiguous: a renewal is safe to repeat, but only a call that
+		// certainly succeeded may extend the local validity, so try again.
+		if serr := sleep(ctx, bo.next()); serr != nil {
+			return fmt.Errorf("lockcore: renew %q: %w (last error: %v)", l.key, serr, err)
+		}
+	}
+}
+
+// release implements leaseOps.
+func (m *Mutex) release(ctx context.Context, l *Lease) error {
+	bo := backoff{base: m.cfg.backoffBase, cap: m.cfg.backoffCap}
+	for {
+		now := m.cfg.clock.Now()
+		e := expr(expression.NewBuilder().
+			WithCondition(m.ownedBy(l)).
+			WithUpdate(expression.Set(name(attrState), value(stateReleased)).
+				Set(name(attrExpiresAt), value(ttlSeconds(now.Add(m.cfg.retention)))).
+				Remove(name(attrData)).
+				Remove(name(attrUntil))))
+		_, err := m.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+			TableName:                           aws.String(m.table),
+			Key:                                 m.keyOf(l.key, l.namespace),
+			ConditionExpression:                 e.Condition(),
+			UpdateExpression:                    e.Update(),
+			ExpressionAttributeNames:            e.Names(),
+			ExpressionAttributeValues:           e.Values(),
+			ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
+		}, noSDKRetry)
+		if err == nil {
+			return nil
+		}
+		switch classify(err) {
+		case errCondition:
+			return m.leaseFailure(ctx, "release", l, err)
+		case errFatal:
+			return fmt.Errorf("lockcore: release %q: %w", l.key, err)
+		case errAmbiguous:
+			rctx, cancel := detached(ctx)
+			cur, rerr := m.read(rctx, l.key, l.namespace)
+			cancel()
+			if rerr == nil {
+				if attrS(cur, attrLeaseID) != l.id || attrS(cur, attrState) != stateHeld {
+					return m.classifyOld("release", l, cur)
+				}
+			}
+		}
+		if serr := sleep(ctx, bo.next()); serr != nil {
+			return fmt.Errorf("lockcore: release %q: %w (last error: %v)", l.key, serr, err)
+		}
+	}
+}
+
+func (m *Mutex) ownedBy(l *Lease) expression.ConditionBuilder {
+	return expression.And(
+		expression.Equal(name(attrLeaseID), value(l.id)),
+		expression.Equal(name(attrOwner), value(l.owner)),
+		expression.Equal(name(attrState), value(stateHeld)),
+	)
+}
+
+// leaseFailure explains a failed owner-checked write from the item that failed it.
+func (m *Mutex) leaseFailure(ctx context.Context, op string, l *Lease, err error) error {
+	old, ok := conditionOld(err)
+	if !ok {
+		var rerr error
+		if old, rerr = m.read(ctx, l.key, l.namespace); rerr != nil {
+			return fmt.Errorf("lockcore: %s %q: condition failed and re-read failed: %w", op, l.key, rerr)
+		}
+	}
+	return m.classifyOld(op, l, old)
+}
+
+func (m *Mutex) classifyOld(op string, l *Lease, old item) error {
+	if attrS(old, attrLeaseID) == l.id {
+		if attrS(old, attrOwner) != l.owner {
+			return &LeaseError{Op: op, Key: l.key, LeaseID: l.id, Current: holderOf(old), Err: ErrNotOwner}
+		}
+		if attrS(old, attrState) == stateReleased && op == "release" {
+			return nil // already released (an earlier attempt of ours landed)
+		}
+	}
+	return &LeaseError{Op: op, Key: l.key, LeaseID: l.id, Current: holderOf(old), Err: ErrLeaseLost}
+}
+
+// GuardCheck returns a TransactWriteItems entry that fails the caller's transaction
+// unless this lease is still held. Add it to a transaction that writes data protected by
+// the lock, so that a holder that lost its lease (paused past it, say) cannot write.
+func (m *Mutex) GuardCheck(l *Lease) types.TransactWriteItem {
+	e := expr(expression.NewBuilder().WithCondition(m.ownedBy(l)))
+	return types.TransactWriteItem{ConditionCheck: &types.ConditionCheck{
+		TableName:                           aws.String(m.table),
+		Key:                                 m.keyOf(l.key, l.namespace),
+		ConditionExpression:                 e.Condition(),
+		ExpressionAttributeNames:            e.Names(),
+		ExpressionAttributeValues:           e.Values(),
+		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
+	}}
+}

@@ -1,0 +1,347 @@
+package lockcore
+
+import (
+	"fmt"
+	"os"
+	"time"
+)
+
+// Clock tells time. lockcore measures takeover observations and local lease validity as
+// differences of Now (Go's time.Time carries a monotonic reading, so a clock that adds a
+// constant offset to the wall time keeps exact differences), and uses Now's wall time for
+// the wall-clock takeover mode and the TTL attribute.
+type Clock interface {
+	Now() time.Time
+}
+
+type systemClock struct{}
+
+func (systemClock) Now() time.Time { return time.Now() }
+
+// SystemClock is the default Clock.
+var SystemClock Clock = systemClock{}
+
+// TakeoverMode decides when a waiter may take a lease whose holder stopped renewing it.
+type TakeoverMode struct {
+	wallClock bool
+	skew      time.Duration
+}
+
+// ObserveTakeover is the default, clock-skew-safe mode: a waiter takes over a lease only
+// after it has seen the same lease version (lease id and revision) unchanged for the
+// holder's full lease duration on its own monotonic clock. Wall clocks never matter; the
+// only assumption is that clocks tick at about the same rate. The price is that a waiter
+// arriving at an abandoned lock waits a full lease before taking it.
+func ObserveTakeover() TakeoverMode { return TakeoverMode{} }
+
+// WallClockTakeover lets a waiter take a lease as soon as the holder's recorded lease end
+// plus skew lies in the past by the waiter's wall clock. It is faster for a waiter that
+// arrives late, and safe only while every two clients' wall clocks differ by less than
+// skew.
+func WallClockTakeover(skew time.Duration) TakeoverMode {
+	return TakeoverMode{wallClock: true, skew: skew}
+}
+
+// String names the mode.
+func (m TakeoverMode) String() string {
+	if m.wallClock {
+		return fmt.Sprintf("wallclock(skew=%s)", m.skew)
+	}
+	return "observe"
+}
+
+// Defaults.
+const (
+	DefaultLease       = 10 * time.Second
+	DefaultMinLease    = 3 * time.Second
+	DefaultTTLGrace    = 15 * time.Minute
+	DefaultRetention   = 24 * time.Hour
+	DefaultBackoffBase = 20 * time.Millisecond
+	DefaultBackoffCap  = time.Second
+)
+
+// config holds the options shared by every strategy.
+type config struct {
+	lease       time.Duration
+	minLease    time.Duration
+	heartbeat   time.Duration // 0 = no automatic heartbeat
+	hbSet       bool
+	owner       string
+	clock       Clock
+	takeover    TakeoverMode
+	ttlGrace    time.Duration
+	retention   time.Duration
+	backoffBase time.Duration
+	backoffCap  time.Duration
+	wait        WaitPolicy
+	hooks       testHooks
+}
+
+// testHooks lets tests inject delays at precise points of a protocol.
+type testHooks struct {
+	// afterTicket runs in the FIFO queue after a ticket was issued and before the caller
+	// looks at the queue.
+	afterTicket func(key string, ticket int64)
+}
+
+// Option configures a Mutex, ItemLocker, Queue or Versioned store. Options are validated
+// by the constructor, which returns an *OptionError naming the field.
+type Option func(*config) error
+
+// WithLease sets the lease duration (default 10s). It must be at least the minimum lease
+// (3s unless changed with WithMinLease).
+func WithLease(d time.Duration) Option {
+	return func(c *config) error { c.lease = d; return nil }
+}
+
+// WithMinLease changes the smallest lease WithLease accepts (default 3s). Short leases
+// make takeover fast but let a GC pause or a slow network cost the lease; lower it only
+// in tests or for very short critical sections.
+func WithMinLease(d time.Duration) Option {
+	return func(c *config) error {
+		if d <= 0 {
+			return invalidOption("minLease", "must be positive, got %s", d)
+		}
+		c.minLease = d
+		return nil
+	}
+}
+
+// WithHeartbeat sets the automatic renewal interval; it must be shorter than the lease.
+// Zero disables automatic heartbeats (call Lease.Renew yourself). Default: half the lease.
+func WithHeartbeat(d time.Duration) Option {
+	return func(c *config) error { c.heartbeat = d; c.hbSet = true; return nil }
+}
+
+// WithOwner names this client in lock rows (default "<hostname>-<pid>"). The owner name is
+// checked on release and renewal, so it must differ between clients.
+func WithOwner(owner string) Option {
+	return func(c *config) error {
+		if owner == "" {
+			return invalidOption("owner", "must not be empty")
+		}
+		if len(owner) > 256 {
+			return invalidOption("owner", "must be at most 256 bytes, got %d", len(owner))
+		}
+		c.owner = owner
+		return nil
+	}
+}
+
+// WithClock replaces the clock (tests, skew simulation).
+func WithClock(clk Clock) Option {
+	return func(c *config) error {
+		if clk == nil {
+			return invalidOption("clock", "must not be nil")
+		}
+		c.clock = clk
+		return nil
+	}
+}
+
+// WithTakeover selects the takeover mode (default ObserveTakeover).
+func WithTakeover(m TakeoverMode) Option {
+	return func(c *config) error {
+		if m.wallClock && m.skew < 0 {
+			return invalidOption("takeover", "skew allowance must not be negative, got %s", m.skew)
+		}
+		c.takeover = m
+		return nil
+	}
+}
+
+// WithTTLGrace sets how long after its lease end a held row's TTL attribute (expiresAt)
+// lies (default 15m). DynamoDB's TTL deletes on the server's clock; the grace keeps a
+// deletion from ever racing a live holder whose clock runs slow, and keeps fencing tokens
+// ordered across deletions. Zero is allowed (tests of TTL behaviour).
+func WithTTLGrace(d time.Duration) Option {
+	return func(c *config) error {
+		if d < 0 {
+			return invalidOption("ttlGrace", "must not be negative, got %s", d)
+		}
+		c.ttlGrace = d
+		return nil
+	}
+}
+
+// WithRetention sets how long a released lock row is kept before TTL removes it
+// (default 24h). Keeping the row keeps its fencing counter.
+func WithRetention(d time.Duration) Option {
+	return func(c *config) error {
+		if d <= 0 {
+			return invalidOption("retention", "must be positive, got %s", d)
+		}
+		c.retention = d
+		return nil
+	}
+}
+
+// WithBackoff sets the retry backoff of waiters: capped exponential with full jitter,
+// starting at base and never above max (defaults 20ms and 1s).
+func WithBackoff(base, max time.Duration) Option {
+	return func(c *config) error {
+		if base <= 0 {
+			return invalidOption("backoff.base", "must be positive, got %s", base)
+		}
+		if max < base {
+			return invalidOption("backoff.max", "must be at least base (%s), got %s", base, max)
+		}
+		c.backoffBase, c.backoffCap = base, max
+		return nil
+	}
+}
+
+// WithWait sets the default wait policy of Acquire (default WaitForever: wait until the
+// context ends).
+func WithWait(p WaitPolicy) Option {
+	return func(c *config) error {
+		if err := p.validate(); err != nil {
+			return err
+		}
+		c.wait = p
+		return nil
+	}
+}
+
+func newConfig(opts []Option) (*config, error) {
+	host, _ := os.Hostname()
+	if host == "" {
+		host = "host"
+	}
+	c := &config{
+		lease:       DefaultLease,
+		minLease:    DefaultMinLease,
+		owner:       fmt.Sprintf("%s-%d", host, os.Getpid()),
+		clock:       SystemClock,
+		ttlGrace:    DefaultTTLGrace,
+		retention:   DefaultRetention,
+		backoffBase: DefaultBackoffBase,
+		backoffCap:  DefaultBackoffCap,
+		wait:        WaitForever(),
+	}
+	for _, o := range opts {
+		if o == nil {
+			continue
+		}
+		if err := o(c); err != nil {
+			return nil, err
+		}
+	}
+	if c.lease <= 0 {
+		return nil, invalidOption("lease", "must be positive, got %s", c.lease)
+	}
+	if c.lease < c.minLease {
+		return nil, invalidOption("lease", "must be at least %s (see WithMinLease), got %s", c.minLease, c.lease)
+	}
+	if c.lease%time.Millisecond != 0 {
+		return nil, invalidOption("lease", "must be a whole number of milliseconds, got %s", c.lease)
+	}
+	if !c.hbSet {
+		c.heartbeat = c.lease / 2
+	}
+	if c.heartbeat < 0 {
+		return nil, invalidOption("heartbeat", "must not be negative, got %s", c.heartbeat)
+	}
+	if c.heartbeat >= c.lease {
+		return nil, invalidOption("heartbeat", "must be shorter than the lease (%s), got %s", c.lease, c.heartbeat)
+	}
+	return c, nil
+}
+
+// WaitPolicy says how long Acquire waits for a held lock.
+//
+// Valid forms:
+//
+//	NoWait()        fail at once with ErrLockHeld
+//	WaitUpTo(d)     wait at most d (d > 0), then fail with ErrWaitTimeout
+//	WaitForever()   wait until the context ends
+//
+// A context deadline always wins over the policy.
+type WaitPolicy struct {
+	max     time.Duration
+	forever bool
+	set     bool
+}
+
+// NoWait fails at once when the lock is held.
+func NoWait() WaitPolicy { return WaitPolicy{set: true} }
+
+// WaitUpTo waits at most d for the lock.
+func WaitUpTo(d time.Duration) WaitPolicy { return WaitPolicy{max: d, set: true} }
+
+// WaitForever waits until the context ends.
+func WaitForever() WaitPolicy { return WaitPolicy{forever: true, set: true} }
+
+func (p WaitPolicy) validate() error {
+	if !p.set {
+		return invalidOption("wait", "zero WaitPolicy; use NoWait, WaitUpTo or WaitForever")
+	}
+	if !p.forever && p.max < 0 {
+		return invalidOption("wait", "WaitUpTo duration must not be negative, got %s", p.max)
+	}
+	return nil
+}
+
+// String describes the policy.
+func (p WaitPolicy) String() string {
+	switch {
+	case p.forever:
+		return "wait-forever"
+	case p.max == 0:
+		return "no-wait"
+	default:
+		return fmt.Sprintf("wait-up-to(%s)", p.max)
+	}
+}
+
+// AcquireOption adjusts one acquisition.
+type AcquireOption func(*acquireConfig) error
+
+type acquireConfig struct {
+	wait      WaitPolicy
+	namespace string
+	data      []byte
+}
+
+// Wait overrides the client's wait policy for this call.
+func Wait(p WaitPolicy) AcquireOption {
+	return func(a *acquireConfig) error {
+		if err := p.validate(); err != nil {
+			return err
+		}
+		a.wait = p
+		return nil
+	}
+}
+
+// Namespace selects an independent lock on the same key (the lock row's sort key).
+// Default "lock". Several namespaces give several independent locks on one entity.
+func Namespace(ns string) AcquireOption {
+	return func(a *acquireConfig) error { a.namespace = ns; return nil }
+}
+
+// Data stores opaque bytes with the lock (at most 64 KiB), readable by Get.
+func Data(b []byte) AcquireOption {
+	return func(a *acquireConfig) error {
+		if len(b) > 64<<10 {
+			return invalidOption("data", "must be at most 64 KiB, got %d bytes", len(b))
+		}
+		a.data = b
+		return nil
+	}
+}
+
+const defaultNamespace = "lock"
+
+func (c *config) acquireConfig(opts []AcquireOption) (*acquireConfig, error) {
+	a := &acquireConfig{wait: c.wait, namespace: defaultNamespace}
+	for _, o := range opts {
+		if o == nil {
+			continue
+		}
+		if err := o(a); err != nil {
+			return nil, err
+		}
+	}
+	return a, nil
+}

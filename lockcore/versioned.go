@@ -1,0 +1,162 @@
+package lockcore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/expression"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+)
+
+// ErrUnknownOutcome means a write failed ambiguously (a timeout or 5xx) and a re-read
+// could not tell whether it landed, because another writer changed the item since.
+var ErrUnknownOutcome = errors.New("lockcore: outcome of write unknown")
+
+// ErrSkip, returned by a merge function, ends Versioned.Update without writing.
+var ErrSkip = errors.New("lockcore: skip write")
+
+// Versioned is optimistic concurrency control: no lock at all, every write conditioned
+// on the version it read. Under low contention it is the cheapest strategy (one read and
+// one write); under high contention writers burn retries, so prefer a lock for hot items.
+type Versioned struct {
+	db          DynamoDB
+	table       string
+	cfg         *config
+	versionAttr string
+	writerAttr  string
+	maxAttempts int
+}
+
+// VersionOption configures a Versioned store.
+type VersionOption func(*Versioned) error
+
+// VersionAttribute names the version attribute (default "version").
+func VersionAttribute(n string) VersionOption {
+	return func(v *Versioned) error {
+		if n == "" {
+			return invalidOption("versionAttribute", "must not be empty")
+		}
+		v.versionAttr = n
+		return nil
+	}
+}
+
+// MaxAttempts bounds the read-merge-write attempts of one Update (default 10).
+func MaxAttempts(k int) VersionOption {
+	return func(v *Versioned) error {
+		if k < 1 {
+			return invalidOption("maxAttempts", "must be at least 1, got %d", k)
+		}
+		v.maxAttempts = k
+		return nil
+	}
+}
+
+// NewVersioned returns a Versioned store on table.
+func NewVersioned(db DynamoDB, table string, opts []Option, vopts ...VersionOption) (*Versioned, error) {
+	if db == nil {
+		return nil, invalidOption("db", "must not be nil")
+	}
+	if table == "" {
+		return nil, invalidOption("table", "must not be empty")
+	}
+	cfg, err := newConfig(opts)
+	if err != nil {
+		return nil, err
+	}
+	v := &Versioned{db: db, table: table, cfg: cfg, versionAttr: "version", writerAttr: "versionWriter", maxAttempts: 10}
+	for _, o := range vopts {
+		if o == nil {
+			continue
+		}
+		if err := o(v); err != nil {
+			return nil, err
+		}
+	}
+	return v, nil
+}
+
+// MergeFunc computes the new item from the current one (nil if absent). It may be
+// called several times, each time with fresher data; it must not have side effects.
+// Return ErrSkip to write nothing. The key and version attributes are set by Update.
+type MergeFunc func(current map[string]types.AttributeValue) (map[string]types.AttributeValue, error)
+
+// Update reads the item (strongly consistent), merges, and writes it conditioned on the
+// version read, retrying with backoff on conflict. It returns the written item and its
+// version. After MaxAttempts conflicts it returns ErrConflict.
+func (v *Versioned) Update(ctx context.Context, key map[string]types.AttributeValue, merge MergeFunc) (map[string]types.AttributeValue, int64, error) {
+	if len(key) == 0 {
+		return nil, 0, invalidKey("key", "must not be empty")
+	}
+	bo := backoff{base: v.cfg.backoffBase, cap: v.cfg.backoffCap}
+	for attempt := 1; ; attempt++ {
+		out, err := v.db.GetItem(ctx, &dynamodb.GetItemInput{
+			TableName: aws.String(v.table), Key: key, ConsistentRead: aws.Bool(true),
+		})
+		if err != nil {
+			return nil, 0, fmt.Errorf("lockcore: versioned read: %w", err)
+		}
+		cur := out.Item
+		ver, _ := attrN(cur, v.versionAttr)
+		next, err := merge(cur)
+		if errors.Is(err, ErrSkip) {
+			return cur, ver, nil
+		}
+		if err != nil {
+			return nil, 0, err
+		}
+		if next == nil {
+			return nil, 0, invalidOption("merge", "returned a nil item without ErrSkip")
+		}
+		writer := requestToken()
+		put := make(item, len(next)+len(key)+2)
+		for k, val := range next {
+			put[k] = val
+		}
+		for k, val := range key {
+			put[k] = val
+		}
+		put[v.versionAttr] = n(ver + 1)
+		put[v.writerAttr] = s(writer)
+		cond := expression.Equal(name(v.versionAttr), value(ver))
+		if cur == nil {
+			cond = expression.AttributeNotExists(name(v.versionAttr))
+		}
+		e := expr(expression.NewBuilder().WithCondition(cond))
+		_, err = v.db.PutItem(ctx, &dynamodb.PutItemInput{
+			TableName: aws.String(v.table), Item: put,
+			ConditionExpression: e.Condition(), ExpressionAttributeNames: e.Names(), ExpressionAttributeValues: e.Values(),
+		}, noSDKRetry)
+		if err == nil {
+			delete(put, v.writerAttr)
+			return put, ver + 1, nil
+		}
+		switch classify(err) {
+		case errFatal:
+			return nil, 0, fmt.Errorf("lockcore: versioned write: %w", err)
+		case errAmbiguous:
+			rctx, cancel := detached(ctx)
+			r, rerr := v.db.GetItem(rctx, &dynamodb.GetItemInput{TableName: aws.String(v.table), Key: key, ConsistentRead: aws.Bool(true)})
+			cancel()
+			if rerr == nil {
+				now, _ := attrN(r.Item, v.versionAttr)
+				switch {
+				case attrS(r.Item, v.writerAttr) == writer:
+					delete(put, v.writerAttr)
+					return put, ver + 1, nil // it landed
+				case now != ver:
+					return nil, 0, fmt.Errorf("%w: version moved from %d to %d: %v", ErrUnknownOutcome, ver, now, err)
+				}
+			}
+		}
+		if attempt >= v.maxAttempts {
+			return nil, 0, fmt.Errorf("%w: %d attempts: %v", ErrConflict, attempt, err)
+		}
+		if serr := sleep(ctx, bo.next()); serr != nil {
+			return nil, 0, fmt.Errorf("lockcore: versioned update: %w", serr)
+		}
+	}
+}

@@ -1,0 +1,86 @@
+package lockcore
+
+import (
+	"context"
+	"time"
+)
+
+// observer implements the clock-skew-safe takeover: it remembers the lease version a
+// waiter saw and since when (on the waiter's own clock, measured when the answer came
+// back, so never before the holder's renewal was sent).
+type observer struct {
+	leaseID string
+	rev     int64
+	lease   time.Duration
+	since   time.Time
+}
+
+func (o *observer) see(h *Holder, now time.Time) {
+	if h.LeaseID != o.leaseID || h.Rev != o.rev {
+		*o = observer{leaseID: h.LeaseID, rev: h.Rev, lease: h.Lease, since: now}
+	}
+}
+
+// stale returns the observed lease if it has been unchanged for a full lease.
+func (o *observer) stale(now time.Time) *Holder {
+	if o.leaseID == "" || now.Sub(o.since) < o.lease {
+		return nil
+	}
+	return &Holder{LeaseID: o.leaseID, Rev: o.rev}
+}
+
+// attemptFunc makes one acquisition attempt. stale, when not nil, is a lease the waiter
+// has seen unchanged for a full lease and may take over. It returns won, or the holder
+// that blocked it (nil when the attempt learned nothing, e.g. it was throttled), or an
+// error that ends the wait.
+type attemptFunc func(ctx context.Context, stale *Holder) (won bool, holder *Holder, err error)
+
+// waitFor runs attempt until it wins, the wait policy's time runs out, or ctx ends.
+// Between attempts it sleeps with capped exponential backoff and full jitter, but wakes
+// early when a takeover becomes possible.
+func (c *config) waitFor(ctx context.Context, key string, p WaitPolicy, attempt attemptFunc) error {
+	start := c.clock.Now()
+	var obs observer
+	var last *Holder
+	bo := backoff{base: c.backoffBase, cap: c.backoffCap}
+	for {
+		var stale *Holder
+		if !c.takeover.wallClock {
+			stale = obs.stale(c.clock.Now())
+		}
+		won, holder, err := attempt(ctx, stale)
+		if err != nil {
+			return err
+		}
+		if won {
+			return nil
+		}
+		now := c.clock.Now()
+		if holder != nil {
+			obs.see(holder, now)
+			last = holder
+		}
+		waited := now.Sub(start)
+		if !p.forever && waited >= p.max {
+			return &HeldError{Key: key, Holder: last, Waited: waited, TimedOut: p.max > 0}
+		}
+		d := bo.next()
+		if last != nil {
+			if c.takeover.wallClock {
+				if r := last.Until.Add(c.takeover.skew).Sub(c.clock.Now()); r >= 0 && r < d {
+					d = r + time.Millisecond
+				}
+			} else if obs.leaseID != "" {
+				if r := obs.since.Add(obs.lease).Sub(now); r >= 0 && r < d {
+					d = r + time.Millisecond
+				}
+			}
+		}
+		if !p.forever {
+			d = min(d, p.max-waited)
+		}
+		if err := sleep(ctx, d); err != nil {
+			return &HeldError{Key: key, Holder: last, Waited: c.clock.Now().Sub(start), Cause: err}
+		}
+	}
+}
