@@ -122,7 +122,7 @@ func TestStopPIDDetached(t *testing.T) {
 }
 
 func TestStartFailureShowsLog(t *testing.T) {
-	_, err := Start(t.Context(), Options{LibDir: t.TempDir(), StartTimeout: 30 * time.Second})
+	_, err := Start(t.Context(), Options{LibDir: t.TempDir(), LogPath: filepath.Join(t.TempDir(), "engine.log"), StartTimeout: 30 * time.Second})
 	if err == nil {
 		t.Fatal("Start with an empty lib dir succeeded")
 	}
@@ -140,7 +140,7 @@ func TestStartPortTaken(t *testing.T) {
 	port := l.Addr().(*net.TCPAddr).Port
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
-	e, err := Start(ctx, Options{Port: port, StartTimeout: 20 * time.Second})
+	e, err := Start(ctx, Options{Port: port, LogPath: filepath.Join(t.TempDir(), "engine.log"), StartTimeout: 20 * time.Second})
 	if err == nil {
 		_ = e.Stop()
 		t.Fatal("Start on a taken port succeeded")

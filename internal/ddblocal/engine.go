@@ -35,7 +35,8 @@ type Options struct {
 	LibDir string
 	// Port to listen on; 0 picks a free loopback port (retrying on a bind race).
 	Port int
-	// LogPath receives the engine's stdout and stderr; default <CacheDir>/logs/engine-<port>.log.
+	// LogPath receives the engine's stdout and stderr. By default it is
+	// <CacheDir>/logs/engine-<port>.log, removed again when Stop succeeds.
 	LogPath string
 	// StartTimeout bounds the wait for ListTables; default DefaultStartTimeout.
 	StartTimeout time.Duration
@@ -51,6 +52,7 @@ type Options struct {
 type Engine struct {
 	endpoint string
 	logPath  string
+	tempLog  bool // logPath was chosen by Start: remove it after a clean Stop
 	cmd      *exec.Cmd
 	done     chan struct{} // closed when the process has exited (not for detached engines)
 	waitErr  error
@@ -154,6 +156,7 @@ func start(ctx context.Context, opts Options, port int) (*Engine, error) {
 	e := &Engine{
 		endpoint: "http://127.0.0.1:" + strconv.Itoa(port),
 		logPath:  logPath,
+		tempLog:  opts.LogPath == "",
 		cmd:      cmd,
 		done:     make(chan struct{}),
 	}
@@ -163,6 +166,7 @@ func start(ctx context.Context, opts Options, port int) (*Engine, error) {
 	}()
 
 	if err := e.waitReady(ctx, opts.StartTimeout); err != nil {
+		e.tempLog = false // keep the log of a failed start
 		_ = e.Stop()
 		logTail := readTail(logPath, 30)
 		if errors.Is(err, errExitedEarly) && (strings.Contains(logTail, "BindException") ||
@@ -206,14 +210,24 @@ func (e *Engine) waitReady(ctx context.Context, timeout time.Duration) error {
 // Stop terminates the engine's process group (SIGTERM, then SIGKILL after 5s) and waits for
 // it to exit. It is safe to call more than once.
 func (e *Engine) Stop() error {
-	e.stopOnce.Do(func() { e.stopErr = e.signal(syscall.SIGTERM, 5*time.Second) })
+	e.stopOnce.Do(func() {
+		e.stopErr = e.signal(syscall.SIGTERM, 5*time.Second)
+		if e.stopErr == nil && e.tempLog {
+			_ = os.Remove(e.logPath)
+		}
+	})
 	return e.stopErr
 }
 
 // Kill ends the engine's process group with SIGKILL at once and waits for it, simulating a
 // crash.
 func (e *Engine) Kill() error {
-	e.stopOnce.Do(func() { e.stopErr = e.signal(syscall.SIGKILL, 0) })
+	e.stopOnce.Do(func() {
+		e.stopErr = e.signal(syscall.SIGKILL, 0)
+		if e.stopErr == nil && e.tempLog {
+			_ = os.Remove(e.logPath)
+		}
+	})
 	return e.stopErr
 }
 
