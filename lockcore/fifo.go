@@ -268,8 +268,7 @@ func (q *Queue) waitTurn(ctx context.Context, l *Lease, ac *acquireConfig, ticke
 		var wake time.Duration = -1
 		for _, r := range ahead {
 			dead, in := q.dead(r, seen, now)
-			if dead {
-				q.evict(ctx, l.key, r)
+			if dead && q.evict(ctx, l.key, r) {
 				continue
 			}
 			live = append(live, r)
@@ -332,8 +331,9 @@ func (q *Queue) dead(r queueRow, seen map[string]*observer, now time.Time) (bool
 }
 
 // evict deletes a dead row, conditioned on what was observed so a heartbeat that landed
-// meanwhile keeps it.
-func (q *Queue) evict(ctx context.Context, key string, r queueRow) {
+// meanwhile keeps it. It reports whether the row is gone; a row it could not delete
+// (alive after all, or an error) counts as live.
+func (q *Queue) evict(ctx context.Context, key string, r queueRow) bool {
 	var cond expression.ConditionBuilder
 	if q.cfg.takeover.wallClock {
 		cond = expression.And(
@@ -345,10 +345,26 @@ func (q *Queue) evict(ctx context.Context, key string, r queueRow) {
 			expression.Equal(name(attrRev), value(r.holder.Rev)))
 	}
 	e := expr(expression.NewBuilder().WithCondition(cond))
-	_, _ = q.db.DeleteItem(ctx, &dynamodb.DeleteItemInput{
+	_, err := q.db.DeleteItem(ctx, &dynamodb.DeleteItemInput{
 		TableName: aws.String(q.table), Key: item{attrPK: s(key), attrSK: s(r.sk)},
 		ConditionExpression: e.Condition(), ExpressionAttributeNames: e.Names(), ExpressionAttributeValues: e.Values(),
+		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
 	})
+	if err == nil {
+		return true
+	}
+	if classify(err) != errCondition {
+		return false
+	}
+	if old, ok := conditionOld(err); ok && old != nil {
+		return false // it heartbeated or changed hands: alive
+	}
+	// No old item: either the row is gone (released by its owner) or the engine does not
+	// return old items. Only a consistent read can tell.
+	out, rerr := q.db.GetItem(ctx, &dynamodb.GetItemInput{
+		TableName: aws.String(q.table), Key: item{attrPK: s(key), attrSK: s(r.sk)}, ConsistentRead: aws.Bool(true),
+	})
+	return rerr == nil && out.Item == nil
 }
 
 // scan reads the queue in ticket order with strongly consistent, paginated Queries.
