@@ -114,11 +114,11 @@ build-JanitorFunction: ## Build the janitor's bootstrap into $(ARTIFACTS_DIR).
 	$(GO_LAMBDA_BUILD) -o $(ARTIFACTS_DIR)/bootstrap ./functions/janitor
 
 .PHONY: invoke
-invoke: engine-deps ## Run a function locally: make invoke FN=OrderProcessorFunction EVENT=events/sqs-order.json
+invoke: ## Run a function locally: make invoke FN=OrderProcessorFunction EVENT=events/sqs-order.json
 	@[ -n "$(FN)" ] && [ -n "$(EVENT)" ] || { echo "usage: make invoke FN=<LogicalId> EVENT=events/<file>.json"; exit 2; }
 	@mkdir -p $(BIN_DIR)
 	@$(GO) build -o $(BIN_DIR)/invoke ./cmd/invoke
-	@$(BIN_DIR)/invoke -fn '$(FN)' -event '$(EVENT)'
+	@$(BIN_DIR)/invoke -fn '$(FN)' -event '$(EVENT)' # fetches and starts DynamoDB Local unless DYNAMODB_ENDPOINT is set
 
 .PHONY: deploy
 deploy: sam-build ## sam deploy --config-env $(ENV) (ENV=default|prod; needs AWS credentials).

@@ -21,6 +21,7 @@ const (
 )
 
 func TestContentionMutex(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	c := &counter{e: e, pk: "SKU#hot"}
 	var ov overlap
@@ -60,6 +61,7 @@ func assertHammer(t *testing.T, c *counter, ov *overlap) {
 }
 
 func TestContentionLockingRead(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	var ov overlap
 	c := &counter{e: e, pk: "SKU#hot"}
@@ -90,6 +92,7 @@ func TestContentionLockingRead(t *testing.T) {
 }
 
 func TestContentionQueue(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	var ov overlap
 	c := &counter{e: e, pk: "SKU#hot"}
@@ -116,6 +119,7 @@ func TestContentionQueue(t *testing.T) {
 }
 
 func TestContentionVersioned(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	c := &counter{e: e, pk: "SKU#hot"}
 	v, err := lockcore.NewVersioned(e.db, e.data, fast("v"), lockcore.MaxAttempts(1000))
@@ -140,6 +144,7 @@ func TestContentionVersioned(t *testing.T) {
 // pair occur), so a lock that did not order keys would deadlock. Each key's counter must
 // end exact.
 func TestContentionMulti(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	keys := []string{"a", "b", "c"}
 	counters := map[string]*counter{}

@@ -72,6 +72,7 @@ func TestCrashedHolderTakeover(t *testing.T) {
 // wakes: its release fails with ErrLeaseLost, a fenced write is refused, the newer
 // holder's data survives, and the tokens seen at the data rise.
 func TestPausedHolderMutex(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	ctx := ctxT(t, time.Minute)
 	noHB := lockcore.WithHeartbeat(0)
@@ -129,6 +130,7 @@ func TestPausedHolderMutex(t *testing.T) {
 }
 
 func TestPausedHolderLockingRead(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	ctx := ctxT(t, time.Minute)
 	a, _ := lockcore.NewItemLocker(e.db, e.data, fast("a", lockcore.WithHeartbeat(0)))
@@ -167,6 +169,7 @@ func (s skewed) Now() time.Time { return time.Now().Add(s.d) }
 // the default, observation-based mode. In wall-clock mode with too small a skew
 // allowance it would — which is why observation is the default.
 func TestClockSkewCannotSteal(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	ctx := ctxT(t, time.Minute)
 	a, _ := lockcore.NewMutex(e.db, e.locks, fast("a")...)

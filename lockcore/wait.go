@@ -50,6 +50,9 @@ func (c *config) waitFor(ctx context.Context, key string, p WaitPolicy, attempt 
 		}
 		won, holder, err := attempt(ctx, stale)
 		if err != nil {
+			if cerr := ctx.Err(); cerr != nil {
+				return &HeldError{Key: key, Holder: last, Waited: c.clock.Now().Sub(start), Cause: cerr}
+			}
 			return err
 		}
 		if won {

@@ -1,0 +1,220 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/credentials"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	sqstypes "github.com/aws/aws-sdk-go-v2/service/sqs/types"
+
+	"github.com/turnstile-locks/turnstile/internal/stack"
+	"github.com/turnstile-locks/turnstile/internal/template"
+	"github.com/turnstile-locks/turnstile/internal/testenv"
+)
+
+func TestMain(m *testing.M) { testenv.Main(m) }
+
+// TestInvokeEndToEnd runs a probe function as JanitorFunction of the real template: built
+// for the host, served through the Runtime API emulation, with the template's environment
+// resolved for the local stack, writing to the engine and sending to the SQS stand-in.
+func TestInvokeEndToEnd(t *testing.T) {
+	tpl := testenv.Template(t)
+	root, err := template.FindRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stage := "t" + randomHex(6)
+	t.Cleanup(func() { deleteTables(t, tpl, stage) })
+	eventFile := filepath.Join(t.TempDir(), "event.json")
+
+	tests := []struct {
+		name     string
+		event    string
+		wantCode int
+		check    func(t *testing.T, stdout, stderr string)
+	}{
+		{
+			name:  "success",
+			event: `{"orderId":"ord-1001"}`,
+			check: func(t *testing.T, stdout, stderr string) {
+				var r struct {
+					Env       map[string]string `json:"env"`
+					Wrote     string            `json:"wrote"`
+					MessageID string            `json:"messageId"`
+				}
+				if err := json.Unmarshal([]byte(stdout), &r); err != nil {
+					t.Fatalf("stdout is not the handler's JSON response: %v\n%s", err, stdout)
+				}
+				want := map[string]string{
+					"LOCK_TABLE":                      "turnstile-" + stage + "-locks",
+					"ORDERS_TABLE":                    "turnstile-" + stage + "-orders",
+					"STAGE":                           stage,
+					"SWEEP_MIN_AGE_SECONDS":           "3600",
+					"AWS_LAMBDA_LOG_FORMAT":           "JSON",
+					"AWS_LAMBDA_LOG_LEVEL":            "INFO",
+					"AWS_LAMBDA_FUNCTION_MEMORY_SIZE": "256",
+				}
+				for k, v := range want {
+					if r.Env[k] != v {
+						t.Errorf("%s = %q, want %q", k, r.Env[k], v)
+					}
+				}
+				if !strings.HasSuffix(r.Env["ORDERS_QUEUE_URL"], "/123456789012/turnstile-"+stage+"-orders") {
+					t.Errorf("ORDERS_QUEUE_URL = %q", r.Env["ORDERS_QUEUE_URL"])
+				}
+				if r.Wrote != want["LOCK_TABLE"] || r.MessageID == "" {
+					t.Errorf("response %+v", r)
+				}
+				for _, s := range []string{`"message":"probe done"`, `"requestId":"`, "message sent to turnstile-" + stage + "-orders: " + `{"orderId":"ord-1001"}`,
+					`"_aws":{`, "REPORT RequestId: ", "Messages Sent: 1"} {
+					if !strings.Contains(stderr, s) {
+						t.Errorf("stderr lacks %q:\n%s", s, stderr)
+					}
+				}
+			},
+		},
+		{
+			name:     "function error",
+			event:    `{"fail":"out of stock"}`,
+			wantCode: exitFunctionError,
+			check: func(t *testing.T, stdout, stderr string) {
+				var e struct {
+					Type    string `json:"errorType"`
+					Message string `json:"errorMessage"`
+				}
+				if err := json.Unmarshal([]byte(stdout), &e); err != nil || e.Message != "out of stock" {
+					t.Errorf("stdout = %q (%v), want the error document", stdout, err)
+				}
+				if !strings.Contains(stderr, `"message":"failing on request"`) {
+					t.Errorf("stderr lacks the function's log:\n%s", stderr)
+				}
+			},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if err := os.WriteFile(eventFile, []byte(tt.event), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+			defer cancel()
+			var stdout, stderr bytes.Buffer
+			c := config{fn: "JanitorFunction", event: eventFile, stage: stage}
+			code, err := invoke(ctx, c, tpl, root, "cmd/invoke/testdata/probefn", &stdout, &stderr)
+			if code != tt.wantCode {
+				t.Fatalf("exit code %d (err %v), want %d\nstdout:\n%s\nstderr:\n%s", code, err, tt.wantCode, stdout.String(), stderr.String())
+			}
+			tt.check(t, strings.TrimSpace(stdout.String()), stderr.String())
+		})
+	}
+}
+
+func TestInvokeSetupErrors(t *testing.T) {
+	tpl := testenv.Template(t)
+	root, err := template.FindRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	good := filepath.Join(t.TempDir(), "e.json")
+	bad := filepath.Join(t.TempDir(), "bad.json")
+	_ = os.WriteFile(good, []byte(`{}`), 0o644)
+	_ = os.WriteFile(bad, []byte(`{"Records":[`), 0o644)
+	tests := []struct {
+		name, fn, event, pkg, want string
+	}{
+		{"unknown function", "NopeFunction", good, "", "no such resource"},
+		{"not a function", "LockTable", good, "", "resource type"},
+		{"missing event", "JanitorFunction", filepath.Join(t.TempDir(), "none.json"), "", "reading the event"},
+		{"invalid event", "JanitorFunction", bad, "", "not valid JSON"},
+		{"missing package", "JanitorFunction", good, "functions/does-not-exist", "does not exist"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var out, errOut bytes.Buffer
+			code, err := invoke(context.Background(), config{fn: tt.fn, event: tt.event, stage: "x"}, tpl, root, tt.pkg, &out, &errOut)
+			if code != exitSetup || err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("code %d, err %v; want %d and an error containing %q", code, err, exitSetup, tt.want)
+			}
+		})
+	}
+}
+
+func TestFakeSQSSpeaksTheSDKProtocol(t *testing.T) {
+	var report bytes.Buffer
+	f, err := startFakeSQS("123456789012", &report)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.close()
+	url := f.URL() + "/123456789012/turnstile-x-orders"
+	f.addQueue(url)
+	client := sqs.NewFromConfig(aws.Config{
+		Region:       "us-east-1",
+		Credentials:  credentials.NewStaticCredentialsProvider("local", "local", ""),
+		BaseEndpoint: aws.String(f.URL()),
+	})
+	ctx := context.Background()
+	if _, err := client.SendMessage(ctx, &sqs.SendMessageInput{QueueUrl: &url, MessageBody: aws.String(`{"orderId":"ord-1"}`)}); err != nil {
+		t.Fatalf("SendMessage: %v", err)
+	}
+	bo, err := client.SendMessageBatch(ctx, &sqs.SendMessageBatchInput{QueueUrl: &url, Entries: []sqstypes.SendMessageBatchRequestEntry{
+		{Id: aws.String("a"), MessageBody: aws.String("one")}, {Id: aws.String("b"), MessageBody: aws.String("two")},
+	}})
+	if err != nil || len(bo.Successful) != 2 {
+		t.Fatalf("SendMessageBatch: %v %+v", err, bo)
+	}
+	gu, err := client.GetQueueUrl(ctx, &sqs.GetQueueUrlInput{QueueName: aws.String("turnstile-x-orders")})
+	if err != nil || aws.ToString(gu.QueueUrl) != url {
+		t.Fatalf("GetQueueUrl: %v %v", err, gu)
+	}
+	other := f.URL() + "/123456789012/unknown"
+	if _, err := client.SendMessage(ctx, &sqs.SendMessageInput{QueueUrl: &other, MessageBody: aws.String("x")}); err == nil || !strings.Contains(err.Error(), "QueueDoesNotExist") {
+		t.Errorf("send to an unknown queue: %v", err)
+	}
+	msgs := f.messages()
+	if len(msgs) != 3 || msgs[0].Body != `{"orderId":"ord-1"}` || msgs[2].Body != "two" {
+		t.Errorf("recorded %+v", msgs)
+	}
+	if !strings.Contains(report.String(), "message sent to turnstile-x-orders: two") {
+		t.Errorf("report = %q", report.String())
+	}
+}
+
+func deleteTables(t *testing.T, tpl *template.Template, stage string) {
+	client := testenv.Client(t)
+	vals, err := stack.Local{Parameters: map[string]string{"Stage": stage}}.Values(tpl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	specs, err := tpl.Tables()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range specs {
+		name := vals.Refs[s.LogicalID]
+		_, err := client.DeleteTable(context.Background(), &dynamodb.DeleteTableInput{TableName: aws.String(name)})
+		var nf *types.ResourceNotFoundException
+		if err != nil && !errors.As(err, &nf) {
+			t.Logf("deleting %s: %v", name, err)
+		}
+	}
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n/2)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}

@@ -1,0 +1,257 @@
+package obs
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	"github.com/aws/aws-lambda-go/lambdacontext"
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodbstreams"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+)
+
+func TestHandlerAddsRequestID(t *testing.T) {
+	tests := []struct {
+		name      string
+		ctx       context.Context
+		wantReqID string
+	}{
+		{"in an invocation", lambdacontext.NewContext(context.Background(), &lambdacontext.LambdaContext{AwsRequestID: "8476a536-e9f4-11e8-9739-2dfe598c3fcd"}), "8476a536-e9f4-11e8-9739-2dfe598c3fcd"},
+		{"outside an invocation", context.Background(), ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var buf bytes.Buffer
+			log := slog.New(NewHandler(&buf, slog.LevelInfo)).With("fn", "orderprocessor")
+			log.InfoContext(tt.ctx, "order reserved", "orderId", "ord-1001")
+			log.DebugContext(tt.ctx, "not shown")
+			var rec map[string]any
+			if err := json.Unmarshal(buf.Bytes(), &rec); err != nil {
+				t.Fatalf("not one JSON record: %v\n%s", err, buf.String())
+			}
+			if rec["message"] != "order reserved" || rec["level"] != "INFO" || rec["orderId"] != "ord-1001" || rec["fn"] != "orderprocessor" {
+				t.Errorf("record = %v", rec)
+			}
+			if _, ok := rec["timestamp"]; !ok {
+				t.Errorf("no timestamp key: %v", rec)
+			}
+			got, _ := rec[RequestIDKey].(string)
+			if got != tt.wantReqID {
+				t.Errorf("requestId = %q, want %q", got, tt.wantReqID)
+			}
+		})
+	}
+}
+
+func TestParseLevel(t *testing.T) {
+	tests := []struct {
+		in   string
+		want slog.Level
+	}{
+		{"", slog.LevelInfo}, {"DEBUG", slog.LevelDebug}, {"trace", slog.LevelDebug}, {"INFO", slog.LevelInfo},
+		{"WARN", slog.LevelWarn}, {"ERROR", slog.LevelError}, {"FATAL", slog.LevelError}, {"loud", slog.LevelInfo},
+	}
+	for _, tt := range tests {
+		if got := ParseLevel(tt.in); got != tt.want {
+			t.Errorf("ParseLevel(%q) = %v, want %v", tt.in, got, tt.want)
+		}
+	}
+}
+
+// isolateAWSEnv clears everything the default config chain reads, so the test sees neither
+// the machine's credentials nor its profile.
+func isolateAWSEnv(t *testing.T) {
+	t.Helper()
+	dir := t.TempDir()
+	for _, k := range []string{"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE",
+		"AWS_DEFAULT_PROFILE", "AWS_REGION", "AWS_DEFAULT_REGION", "AWS_WEB_IDENTITY_TOKEN_FILE", "AWS_ROLE_ARN",
+		"AWS_CONTAINER_CREDENTIALS_FULL_URI", "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI", "AWS_ENDPOINT_URL",
+		"AWS_ENDPOINT_URL_DYNAMODB", "AWS_XRAY_SDK_DISABLED", "AWS_LAMBDA_FUNCTION_NAME", "LAMBDA_TASK_ROOT",
+		"AWS_XRAY_DAEMON_ADDRESS", "AWS_XRAY_CONTEXT_MISSING"} {
+		t.Setenv(k, "")
+	}
+	t.Setenv("AWS_CONFIG_FILE", filepath.Join(dir, "config"))
+	t.Setenv("AWS_SHARED_CREDENTIALS_FILE", filepath.Join(dir, "credentials"))
+	t.Setenv("AWS_EC2_METADATA_DISABLED", "true")
+}
+
+// fakeDynamoDB answers ListTables and counts requests.
+func fakeDynamoDB(t *testing.T) (*httptest.Server, *atomic.Int32, *atomic.Value) {
+	t.Helper()
+	var hits atomic.Int32
+	var auth atomic.Value
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		hits.Add(1)
+		auth.Store(r.Header.Get("Authorization"))
+		_, _ = io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "application/x-amz-json-1.0")
+		_, _ = w.Write([]byte(`{"TableNames":["turnstile-test-locks"]}`))
+	}))
+	t.Cleanup(srv.Close)
+	return srv, &hits, &auth
+}
+
+func TestAWSConfigLocalEndpoint(t *testing.T) {
+	isolateAWSEnv(t)
+	srv, hits, auth := fakeDynamoDB(t)
+	t.Setenv(EndpointEnv, srv.URL)
+
+	cfg, err := AWSConfig(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Region != LocalRegion {
+		t.Errorf("region = %q, want %q", cfg.Region, LocalRegion)
+	}
+	creds, err := cfg.Credentials.Retrieve(context.Background())
+	if err != nil || creds.AccessKeyID != LocalAccessKeyID {
+		t.Errorf("credentials = %+v, %v; want the static local ones", creds, err)
+	}
+	out, err := dynamodb.NewFromConfig(cfg).ListTables(context.Background(), &dynamodb.ListTablesInput{})
+	if err != nil {
+		t.Fatalf("ListTables via DYNAMODB_ENDPOINT: %v", err)
+	}
+	if hits.Load() != 1 || len(out.TableNames) != 1 {
+		t.Errorf("fake engine saw %d requests, tables %v", hits.Load(), out.TableNames)
+	}
+	if a, _ := auth.Load().(string); !strings.Contains(a, "Credential="+LocalAccessKeyID+"/") {
+		t.Errorf("request not signed with the local credentials: %q", a)
+	}
+	if ep := dynamodbstreams.NewFromConfig(cfg).Options().BaseEndpoint; aws.ToString(ep) != srv.URL {
+		t.Errorf("streams endpoint = %v, want %s", aws.ToString(ep), srv.URL)
+	}
+	if ep := sqs.NewFromConfig(cfg).Options().BaseEndpoint; ep != nil {
+		t.Errorf("SQS endpoint changed to %s; only DynamoDB clients may use DYNAMODB_ENDPOINT", *ep)
+	}
+}
+
+func TestAWSConfigKeepsConfiguredCredentials(t *testing.T) {
+	isolateAWSEnv(t)
+	srv, _, _ := fakeDynamoDB(t)
+	t.Setenv(EndpointEnv, srv.URL)
+	t.Setenv("AWS_ACCESS_KEY_ID", "AKIAEXAMPLEKEY")
+	t.Setenv("AWS_SECRET_ACCESS_KEY", "example-secret")
+	t.Setenv("AWS_REGION", "eu-west-1")
+	cfg, err := AWSConfig(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	creds, err := cfg.Credentials.Retrieve(context.Background())
+	if err != nil || creds.AccessKeyID != "AKIAEXAMPLEKEY" {
+		t.Errorf("credentials = %+v, %v; want the environment's", creds, err)
+	}
+	if cfg.Region != "eu-west-1" {
+		t.Errorf("region = %q", cfg.Region)
+	}
+}
+
+func TestAWSConfigWithoutEndpoint(t *testing.T) {
+	isolateAWSEnv(t)
+	t.Setenv(EndpointEnv, "")
+	t.Setenv("AWS_REGION", "us-east-1")
+	cfg, err := AWSConfig(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ep := dynamodb.NewFromConfig(cfg).Options().BaseEndpoint; ep != nil {
+		t.Errorf("DynamoDB endpoint overridden to %s without DYNAMODB_ENDPOINT", *ep)
+	}
+}
+
+func TestTracingEnabled(t *testing.T) {
+	tests := []struct {
+		name string
+		env  map[string]string
+		want bool
+	}{
+		{"outside lambda", map[string]string{}, false},
+		{"lambda with tracing", map[string]string{"AWS_LAMBDA_FUNCTION_NAME": "f", "LAMBDA_TASK_ROOT": "/var/task", "AWS_XRAY_DAEMON_ADDRESS": "169.254.79.129:2000"}, true},
+		{"lambda without daemon", map[string]string{"AWS_LAMBDA_FUNCTION_NAME": "f", "LAMBDA_TASK_ROOT": "/var/task"}, false},
+		{"sdk disabled", map[string]string{"AWS_LAMBDA_FUNCTION_NAME": "f", "LAMBDA_TASK_ROOT": "/var/task", "AWS_XRAY_DAEMON_ADDRESS": "169.254.79.129:2000", "AWS_XRAY_SDK_DISABLED": "TRUE"}, false},
+		{"local emulation", map[string]string{"AWS_LAMBDA_FUNCTION_NAME": "f", "AWS_XRAY_SDK_DISABLED": "true"}, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			isolateAWSEnv(t)
+			for k, v := range tt.env {
+				t.Setenv(k, v)
+			}
+			if got := TracingEnabled(); got != tt.want {
+				t.Errorf("TracingEnabled() = %v, want %v", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestInstrumentAWS(t *testing.T) {
+	isolateAWSEnv(t)
+	var cfg aws.Config
+	InstrumentAWS(&cfg)
+	if len(cfg.APIOptions) != 0 {
+		t.Fatalf("instrumented outside Lambda: %d API options", len(cfg.APIOptions))
+	}
+
+	// Inside "Lambda" with tracing: SDK calls get the X-Ray middleware and still work when
+	// the context carries no segment (the context-missing strategy only logs).
+	srv, hits, _ := fakeDynamoDB(t)
+	t.Setenv(EndpointEnv, srv.URL)
+	t.Setenv("AWS_LAMBDA_FUNCTION_NAME", "turnstile-test-fn")
+	t.Setenv("LAMBDA_TASK_ROOT", t.TempDir())
+	t.Setenv("AWS_XRAY_DAEMON_ADDRESS", "127.0.0.1:2000")
+	t.Setenv("AWS_XRAY_CONTEXT_MISSING", "IGNORE_ERROR")
+	cfg, err := AWSConfig(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(cfg.APIOptions) == 0 {
+		t.Fatal("no X-Ray middleware added inside Lambda")
+	}
+	if _, err := dynamodb.NewFromConfig(cfg).ListTables(context.Background(), &dynamodb.ListTablesInput{}); err != nil {
+		t.Fatalf("instrumented call without a segment: %v", err)
+	}
+	if hits.Load() != 1 {
+		t.Errorf("fake engine saw %d requests", hits.Load())
+	}
+}
+
+func TestMetrics(t *testing.T) {
+	var buf bytes.Buffer
+	old := MetricsOutput
+	MetricsOutput = &buf
+	t.Cleanup(func() { MetricsOutput = old })
+	t.Setenv("METRICS_NAMESPACE", "")
+	t.Setenv("STAGE", "dev")
+
+	ctx := lambdacontext.NewContext(context.Background(), &lambdacontext.LambdaContext{AwsRequestID: "req-1"})
+	//lint:ignore SA1029 aws-lambda-go stores the trace header under this string key.
+	ctx = context.WithValue(ctx, "x-amzn-trace-id", "Root=1-5759e988-bd862e3fe1be46a994272793;Sampled=1")
+	m := Metrics(ctx, "janitor")
+	m.PutMetric("AbandonedLeases", 1, "Count")
+	if err := m.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	var doc map[string]any
+	if err := json.Unmarshal(buf.Bytes(), &doc); err != nil {
+		t.Fatalf("%v: %s", err, buf.String())
+	}
+	dir := doc["_aws"].(map[string]any)["CloudWatchMetrics"].([]any)[0].(map[string]any)
+	if dir["Namespace"] != DefaultNamespace {
+		t.Errorf("namespace = %v", dir["Namespace"])
+	}
+	for k, want := range map[string]any{"Function": "janitor", "Stage": "dev", "AbandonedLeases": 1.0, RequestIDKey: "req-1",
+		"traceId": "Root=1-5759e988-bd862e3fe1be46a994272793;Sampled=1"} {
+		if doc[k] != want {
+			t.Errorf("%s = %v, want %v", k, doc[k], want)
+		}
+	}
+}
