@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strconv"
 	"testing"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/expression"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
@@ -20,6 +21,13 @@ const (
 	hotIters   = 50
 )
 
+// hot are the options of the contention tests: a lease long enough that a loaded test
+// machine (the race detector, other test binaries) never lets one expire mid-section —
+// expiry has tests of its own.
+func hot(owner string, extra ...lockcore.Option) []lockcore.Option {
+	return fast(owner, append([]lockcore.Option{lockcore.WithLease(15 * time.Second)}, extra...)...)
+}
+
 func TestContentionMutex(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
@@ -27,7 +35,7 @@ func TestContentionMutex(t *testing.T) {
 	var ov overlap
 	mutexes := make([]*lockcore.Mutex, hotWorkers)
 	for w := range mutexes {
-		m, err := lockcore.NewMutex(e.db, e.locks, fast(fmt.Sprintf("worker-%d", w))...)
+		m, err := lockcore.NewMutex(e.db, e.locks, hot(fmt.Sprintf("worker-%d", w))...)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -50,7 +58,7 @@ func TestContentionMutex(t *testing.T) {
 func assertHammer(t *testing.T, c *counter, ov *overlap) {
 	t.Helper()
 	if got := c.read(t, context.Background()); got != hotWorkers*hotIters {
-		t.Errorf("counter = %d, want %d (lost updates: %d)", got, hotWorkers*hotIters, hotWorkers*hotIters-int(got))
+		t.Errorf("counter = %d, want %d", got, hotWorkers*hotIters)
 	}
 	if m := ov.max.Load(); m > 1 {
 		t.Errorf("overlap detector saw %d holders at once", m)
@@ -67,7 +75,7 @@ func TestContentionLockingRead(t *testing.T) {
 	c := &counter{e: e, pk: "SKU#hot"}
 	lockers := make([]*lockcore.ItemLocker, hotWorkers)
 	for w := range lockers {
-		il, err := lockcore.NewItemLocker(e.db, e.data, fast(fmt.Sprintf("worker-%d", w)))
+		il, err := lockcore.NewItemLocker(e.db, e.data, hot(fmt.Sprintf("worker-%d", w)))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -98,7 +106,7 @@ func TestContentionQueue(t *testing.T) {
 	c := &counter{e: e, pk: "SKU#hot"}
 	queues := make([]*lockcore.Queue, hotWorkers)
 	for w := range queues {
-		q, err := lockcore.NewQueue(e.db, e.locks, fast(fmt.Sprintf("worker-%d", w))...)
+		q, err := lockcore.NewQueue(e.db, e.locks, hot(fmt.Sprintf("worker-%d", w))...)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -122,7 +130,7 @@ func TestContentionVersioned(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	c := &counter{e: e, pk: "SKU#hot"}
-	v, err := lockcore.NewVersioned(e.db, e.data, fast("v"), lockcore.MaxAttempts(1000))
+	v, err := lockcore.NewVersioned(e.db, e.data, hot("v"), lockcore.MaxAttempts(1000))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -155,7 +163,7 @@ func TestContentionMulti(t *testing.T) {
 	}
 	mutexes := make([]*lockcore.Mutex, hotWorkers)
 	for w := range mutexes {
-		m, err := lockcore.NewMutex(e.db, e.locks, fast(fmt.Sprintf("worker-%d", w))...)
+		m, err := lockcore.NewMutex(e.db, e.locks, hot(fmt.Sprintf("worker-%d", w))...)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -239,7 +239,9 @@ func (l *Lease) startHeartbeat(ctx context.Context, interval time.Duration) {
 			cancelCall()
 			switch {
 			case err == nil:
-				wait = interval
+				// Next renewal one interval after the start of this one (the validity
+				// counts from there), however long the call took.
+				wait = max(0, l.Remaining()-(l.duration-interval))
 			case errors.Is(err, ErrLeaseLost) || errors.Is(err, ErrNotOwner):
 				l.finish(err)
 				return

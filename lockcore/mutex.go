@@ -75,6 +75,10 @@ type LockInfo struct {
 // Acquire takes the lock on key, waiting as the client's wait policy says (default:
 // until ctx ends) unless overridden with Wait. On contention it returns a *HeldError
 // (ErrLockHeld, plus ErrWaitTimeout or the context error when a wait ended).
+//
+// The lease's heartbeat runs until Release or until ctx ends, so pass a context that
+// lives as long as the critical section (bound the wait with Wait(WaitUpTo(d)), not with
+// a short-lived context).
 func (m *Mutex) Acquire(ctx context.Context, key string, opts ...AcquireOption) (*Lease, error) {
 	ac, err := m.cfg.acquireConfig(opts)
 	if err != nil {
