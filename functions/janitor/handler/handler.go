@@ -1,0 +1,424 @@
+// Package handler is the janitor's Lambda handler. It takes two kinds of events:
+//
+//   - DynamoDB stream batches of the lock table, filtered (template.yaml) to deletions by
+//     the TTL service. A deleted row whose lease was still held means its holder died:
+//     the janitor logs it, counts it (EMF metric AbandonedLeases) and resumes the orphaned
+//     work — a SKU lease carries the id of the order it was reserving, and an order that
+//     is not final is sent back to the orders queue (Redriver). Records that fail are
+//     reported in batchItemFailures by sequence number (the first failure ends the batch:
+//     Lambda retries from it, bisecting, then hands it to the on-failure destination).
+//   - The scheduled sweep (EventBridge "Scheduled Event"): TTL may lag by days, so the
+//     janitor scans for lock rows whose expiresAt lies more than the minimum age in the
+//     past and deletes each with a condition that its expiresAt and rev are unchanged —
+//     a lease renewed or re-acquired since the scan is never deleted. Swept rows that were
+//     still held are abandoned leases too, handled as above. lockcore's own rows (pk
+//     "turnstile#...") and queue counters (sk "...#counter") are never touched.
+//
+// Correctness never depends on the janitor: waiting holders take abandoned leases over on
+// their own, and SQS redelivers unfinished orders. The janitor makes dead holders
+// visible and shortens recovery when no message is left to retry.
+package handler
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/aws/aws-lambda-go/events"
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/expression"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+
+	"github.com/turnstile-locks/turnstile/internal/emf"
+	"github.com/turnstile-locks/turnstile/internal/obs"
+	"github.com/turnstile-locks/turnstile/internal/shop"
+)
+
+// FunctionName names the function in metrics.
+const FunctionName = "janitor"
+
+// Metric names.
+const (
+	MetricAbandonedLeases = "AbandonedLeases" // held leases removed by TTL or the sweep
+	MetricOrdersRedriven  = "OrdersRedriven"
+	MetricSweptRows       = "SweptRows"    // rows the sweep deleted
+	MetricSweepSkipped    = "SweepSkipped" // rows renewed or re-acquired between scan and delete
+	MetricRecordsFailed   = "StreamRecordsFailed"
+)
+
+// DefaultMinAge is how long past its expiresAt a row must be before the sweep deletes it.
+const DefaultMinAge = time.Hour
+
+// Redriver sends an order back to the orders queue.
+type Redriver interface {
+	Redrive(ctx context.Context, o shop.Order) error
+}
+
+// RedriverFunc adapts a function to Redriver.
+type RedriverFunc func(ctx context.Context, o shop.Order) error
+
+// Redrive calls f.
+func (f RedriverFunc) Redrive(ctx context.Context, o shop.Order) error { return f(ctx, o) }
+
+// SQSSender is the part of the SQS client the SQS redriver uses.
+type SQSSender interface {
+	SendMessage(ctx context.Context, in *sqs.SendMessageInput, optFns ...func(*sqs.Options)) (*sqs.SendMessageOutput, error)
+}
+
+// SQSRedriver sends orders to an SQS queue, as the order processor reads them.
+type SQSRedriver struct {
+	Client   SQSSender
+	QueueURL string
+}
+
+// Redrive sends o as a message body.
+func (r SQSRedriver) Redrive(ctx context.Context, o shop.Order) error {
+	if r.QueueURL == "" {
+		return errors.New("janitor: no orders queue URL configured (ORDERS_QUEUE_URL)")
+	}
+	body, err := json.Marshal(o)
+	if err != nil {
+		return err
+	}
+	_, err = r.Client.SendMessage(ctx, &sqs.SendMessageInput{QueueUrl: aws.String(r.QueueURL), MessageBody: aws.String(string(body))})
+	if err != nil {
+		return fmt.Errorf("janitor: re-drive order %s: %w", o.OrderID, err)
+	}
+	return nil
+}
+
+// DB is the part of the DynamoDB API the sweep uses; *dynamodb.Client satisfies it.
+type DB interface {
+	Scan(ctx context.Context, in *dynamodb.ScanInput, optFns ...func(*dynamodb.Options)) (*dynamodb.ScanOutput, error)
+	DeleteItem(ctx context.Context, in *dynamodb.DeleteItemInput, optFns ...func(*dynamodb.Options)) (*dynamodb.DeleteItemOutput, error)
+}
+
+// Orders reads orders; *shop.Service satisfies it.
+type Orders interface {
+	Order(ctx context.Context, orderID string) (shop.Order, shop.Status, bool, error)
+}
+
+// Metrics is a per-invocation metrics logger; *emf.Logger satisfies it.
+type Metrics interface {
+	PutMetric(name string, value float64, unit emf.Unit)
+	Flush() error
+}
+
+// Handler is the janitor.
+type Handler struct {
+	db        DB
+	lockTable string
+	orders    Orders
+	redriver  Redriver
+	log       *slog.Logger
+	metrics   func(ctx context.Context) Metrics
+	now       func() time.Time
+	minAge    time.Duration
+}
+
+// Option configures a Handler.
+type Option func(*Handler)
+
+// WithLogger sets the logger (default obs.Logger()).
+func WithLogger(l *slog.Logger) Option { return func(h *Handler) { h.log = l } }
+
+// WithMetrics sets the per-invocation metrics factory (default: EMF on stdout via
+// obs.Metrics). nil turns metrics off.
+func WithMetrics(f func(ctx context.Context) Metrics) Option {
+	return func(h *Handler) { h.metrics = f }
+}
+
+// WithClock sets the sweep's clock (default time.Now).
+func WithClock(now func() time.Time) Option { return func(h *Handler) { h.now = now } }
+
+// WithMinAge sets how long past its expiresAt a row must be before the sweep deletes it
+// (default DefaultMinAge; at least 0).
+func WithMinAge(d time.Duration) Option {
+	return func(h *Handler) { h.minAge = max(0, d) }
+}
+
+// New returns a janitor of lockTable. orders reads the orders (a shop.Service on the
+// lock and orders tables) and redriver sends unfinished orders back to their queue.
+func New(db DB, lockTable string, orders Orders, redriver Redriver, opts ...Option) *Handler {
+	h := &Handler{
+		db: db, lockTable: lockTable, orders: orders, redriver: redriver,
+		log:     obs.Logger(),
+		metrics: func(ctx context.Context) Metrics { return obs.Metrics(ctx, FunctionName) },
+		now:     time.Now,
+		minAge:  DefaultMinAge,
+	}
+	for _, o := range opts {
+		o(h)
+	}
+	if h.log == nil {
+		h.log = slog.New(slog.DiscardHandler)
+	}
+	return h
+}
+
+// envelope tells the two event kinds apart.
+type envelope struct {
+	Records    json.RawMessage `json:"Records"`
+	DetailType string          `json:"detail-type"`
+	Source     string          `json:"source"`
+}
+
+// ScheduledEventType is the detail-type of EventBridge schedules.
+const ScheduledEventType = "Scheduled Event"
+
+// Handle dispatches a stream batch or a scheduled sweep. For a stream batch the response
+// lists the record to retry from; for a sweep it is empty and a failed sweep returns an
+// error (EventBridge retries it).
+func (h *Handler) Handle(ctx context.Context, raw json.RawMessage) (events.DynamoDBEventResponse, error) {
+	resp := events.DynamoDBEventResponse{BatchItemFailures: []events.DynamoDBBatchItemFailure{}}
+	var env envelope
+	if err := json.Unmarshal(raw, &env); err != nil {
+		h.log.ErrorContext(ctx, "janitor: event is not a JSON object", "error", err.Error())
+		return resp, fmt.Errorf("janitor: event is not a JSON object: %w", err)
+	}
+	var m Metrics
+	if h.metrics != nil {
+		m = h.metrics(ctx)
+		defer func() {
+			if err := m.Flush(); err != nil {
+				h.log.WarnContext(ctx, "metrics flush failed", "error", err)
+			}
+		}()
+	}
+	switch {
+	case env.Records != nil:
+		return h.handleStream(ctx, env.Records, m), nil
+	case env.DetailType == ScheduledEventType:
+		res, err := h.sweep(ctx, m)
+		h.log.InfoContext(ctx, "sweep done", "scanned", res.Scanned, "deleted", res.Deleted,
+			"skipped", res.Skipped, "abandoned", res.Abandoned, "redriven", res.Redriven)
+		return resp, err
+	}
+	h.log.ErrorContext(ctx, "janitor: unrecognised event", "detailType", env.DetailType, "source", env.Source)
+	return resp, fmt.Errorf("janitor: unrecognised event (detail-type %q, source %q): want a DynamoDB stream batch or a %q",
+		env.DetailType, env.Source, ScheduledEventType)
+}
+
+// recordRef is what can be learned from a record that does not decode.
+type recordRef struct {
+	EventID string `json:"eventID"`
+	Change  struct {
+		SequenceNumber string `json:"SequenceNumber"`
+	} `json:"dynamodb"`
+}
+
+func (h *Handler) handleStream(ctx context.Context, raw json.RawMessage, m Metrics) events.DynamoDBEventResponse {
+	resp := events.DynamoDBEventResponse{BatchItemFailures: []events.DynamoDBBatchItemFailure{}}
+	var records []json.RawMessage
+	if err := json.Unmarshal(raw, &records); err != nil {
+		h.log.ErrorContext(ctx, "janitor: Records is not an array; nothing to do", "error", err.Error())
+		return resp
+	}
+	for i, r := range records {
+		var ref recordRef
+		_ = json.Unmarshal(r, &ref)
+		log := h.log.With("eventId", ref.EventID, "sequenceNumber", ref.Change.SequenceNumber)
+		err := h.handleRecord(ctx, r, log, m)
+		if err == nil {
+			continue
+		}
+		put(m, MetricRecordsFailed, 1)
+		if ref.Change.SequenceNumber == "" {
+			// Without a sequence number the record cannot be named, and retrying it
+			// cannot help: log it and go on.
+			log.ErrorContext(ctx, "stream record failed and has no sequence number; skipped", "index", i, "error", err.Error())
+			continue
+		}
+		log.ErrorContext(ctx, "stream record failed; the batch is retried from it", "index", i, "error", err.Error())
+		resp.BatchItemFailures = append(resp.BatchItemFailures, events.DynamoDBBatchItemFailure{ItemIdentifier: ref.Change.SequenceNumber})
+		break // Lambda retries from the first failure: later records come again
+	}
+	return resp
+}
+
+func (h *Handler) handleRecord(ctx context.Context, raw json.RawMessage, log *slog.Logger, m Metrics) error {
+	var rec events.DynamoDBEventRecord
+	if err := json.Unmarshal(raw, &rec); err != nil {
+		return malformed("%v", err)
+	}
+	lease, ok, err := DecodeRecord(rec)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		log.DebugContext(ctx, "not an abandoned lease", "eventName", rec.EventName)
+		return nil
+	}
+	_, err = h.abandoned(ctx, lease, "ttl", log, m)
+	return err
+}
+
+// abandoned reports an abandoned lease and resumes its work; redriven says whether an
+// order was sent back to the queue.
+func (h *Handler) abandoned(ctx context.Context, l AbandonedLease, via string, log *slog.Logger, m Metrics) (redriven bool, err error) {
+	put(m, MetricAbandonedLeases, 1)
+	log = log.With("lock", l.Key, "namespace", l.Namespace, "owner", l.Owner, "leaseId", l.LeaseID,
+		"leaseEnd", l.Until, "removedBy", via)
+	if l.OrderID == "" {
+		log.WarnContext(ctx, "abandoned lease found: its holder died holding it; no order to resume")
+		return false, nil
+	}
+	log = log.With("orderId", l.OrderID)
+	log.WarnContext(ctx, "abandoned lease found: its holder died holding it")
+	o, st, exists, err := h.orders.Order(ctx, l.OrderID)
+	switch {
+	case err != nil:
+		return false, fmt.Errorf("janitor: read order %s: %w", l.OrderID, err)
+	case !exists:
+		log.WarnContext(ctx, "order of the abandoned lease does not exist; nothing to resume")
+		return false, nil
+	case st.Final():
+		log.InfoContext(ctx, "order already decided; nothing to resume", "status", string(st))
+		return false, nil
+	}
+	o.OrderID = l.OrderID
+	if err := o.Validate(); err != nil {
+		log.ErrorContext(ctx, "order of the abandoned lease cannot be re-driven", "error", err.Error())
+		return false, nil // retrying cannot help; the orders queue still redelivers the original
+	}
+	if err := h.redriver.Redrive(ctx, o); err != nil {
+		return false, err
+	}
+	put(m, MetricOrdersRedriven, 1)
+	log.InfoContext(ctx, "order re-driven to the orders queue", "status", string(st))
+	return true, nil
+}
+
+func put(m Metrics, name string, v float64) {
+	if m != nil {
+		m.PutMetric(name, v, emf.Count)
+	}
+}
+
+// SweepResult counts what a sweep did.
+type SweepResult struct {
+	Scanned   int // rows read (after the filter)
+	Deleted   int // rows deleted
+	Skipped   int // rows renewed, re-acquired or released since the scan: kept
+	Abandoned int // deleted rows whose lease was still held
+	Redriven  int // orders re-driven
+}
+
+// Sweep runs the sweep outside a Lambda invocation (tools, demos, tests).
+func (h *Handler) Sweep(ctx context.Context) (SweepResult, error) { return h.sweep(ctx, nil) }
+
+func (h *Handler) sweep(ctx context.Context, m Metrics) (SweepResult, error) {
+	var res SweepResult
+	cutoff := h.now().Add(-h.minAge).Unix()
+	e, err := expression.NewBuilder().WithFilter(expression.And(
+		expression.Name("expiresAt").LessThan(expression.Value(cutoff)),
+		expression.Not(expression.Name("pk").BeginsWith(reservedPrefix)),
+	)).Build()
+	if err != nil {
+		return res, fmt.Errorf("janitor: sweep filter: %w", err)
+	}
+	var start map[string]types.AttributeValue
+	for {
+		if dl, ok := ctx.Deadline(); ok && time.Until(dl) < 2*time.Second {
+			h.log.WarnContext(ctx, "sweep stopped early: invocation deadline near; the next sweep continues")
+			return res, nil
+		}
+		out, err := h.db.Scan(ctx, &dynamodb.ScanInput{
+			TableName:                 aws.String(h.lockTable),
+			FilterExpression:          e.Filter(),
+			ExpressionAttributeNames:  e.Names(),
+			ExpressionAttributeValues: e.Values(),
+			ExclusiveStartKey:         start,
+		})
+		if err != nil {
+			return res, fmt.Errorf("janitor: sweep scan: %w", err)
+		}
+		for _, it := range out.Items {
+			res.Scanned++
+			if err := h.sweepRow(ctx, it, &res, m); err != nil {
+				return res, err
+			}
+		}
+		if len(out.LastEvaluatedKey) == 0 {
+			return res, nil
+		}
+		start = out.LastEvaluatedKey
+	}
+}
+
+// sweepRow deletes one expired row unless it changed since it was read.
+func (h *Handler) sweepRow(ctx context.Context, it map[string]types.AttributeValue, res *SweepResult, m Metrics) error {
+	pk, _ := it["pk"].(*types.AttributeValueMemberS)
+	sk, _ := it["sk"].(*types.AttributeValueMemberS)
+	exp, _ := it["expiresAt"].(*types.AttributeValueMemberN)
+	if pk == nil || sk == nil || exp == nil ||
+		strings.HasPrefix(pk.Value, reservedPrefix) || strings.HasSuffix(sk.Value, counterSuffix) {
+		return nil
+	}
+	// Unchanged since the scan: same expiry (renewals and releases move it) and same
+	// lease version (every acquisition and renewal bumps it).
+	cond := expression.Name("expiresAt").Equal(expression.Value(exp))
+	if rev, ok := it["rev"]; ok {
+		cond = cond.And(expression.Name("rev").Equal(expression.Value(rev)))
+	} else {
+		cond = cond.And(expression.Name("rev").AttributeNotExists())
+	}
+	e, err := expression.NewBuilder().WithCondition(cond).Build()
+	if err != nil {
+		return fmt.Errorf("janitor: sweep condition: %w", err)
+	}
+	_, err = h.db.DeleteItem(ctx, &dynamodb.DeleteItemInput{
+		TableName:                 aws.String(h.lockTable),
+		Key:                       map[string]types.AttributeValue{"pk": pk, "sk": sk},
+		ConditionExpression:       e.Condition(),
+		ExpressionAttributeNames:  e.Names(),
+		ExpressionAttributeValues: e.Values(),
+	})
+	var ccf *types.ConditionalCheckFailedException
+	switch {
+	case errors.As(err, &ccf):
+		res.Skipped++
+		put(m, MetricSweepSkipped, 1)
+		h.log.InfoContext(ctx, "sweep kept a row that changed since the scan", "lock", pk.Value, "namespace", sk.Value)
+		return nil
+	case err != nil:
+		return fmt.Errorf("janitor: sweep delete %s/%s: %w", pk.Value, sk.Value, err)
+	}
+	res.Deleted++
+	put(m, MetricSweptRows, 1)
+	if st, _ := it["state"].(*types.AttributeValueMemberS); st == nil || st.Value != stateHeld {
+		return nil
+	}
+	l := AbandonedLease{Key: pk.Value, Namespace: sk.Value}
+	if v, ok := it["owner"].(*types.AttributeValueMemberS); ok {
+		l.Owner = v.Value
+	}
+	if v, ok := it["leaseId"].(*types.AttributeValueMemberS); ok {
+		l.LeaseID = v.Value
+	}
+	switch v := it["data"].(type) {
+	case *types.AttributeValueMemberB:
+		l.Data = v.Value
+	case *types.AttributeValueMemberS:
+		l.Data = []byte(v.Value)
+	}
+	l.OrderID = OrderIDOf(l.Key, l.Data)
+	res.Abandoned++
+	redriven, err := h.abandoned(ctx, l, "sweep", h.log, m)
+	if err != nil {
+		// The row is gone, so no later sweep finds it again; the order's own message
+		// still redelivers it. Report and go on.
+		h.log.ErrorContext(ctx, "sweep could not resume the work of an abandoned lease", "lock", l.Key, "error", err.Error())
+		return nil
+	}
+	if redriven {
+		res.Redriven++
+	}
+	return nil
+}

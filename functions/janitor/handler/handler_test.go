@@ -1,0 +1,385 @@
+package handler_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-lambda-go/events"
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/turnstile-locks/turnstile/functions/janitor/handler"
+	"github.com/turnstile-locks/turnstile/internal/emf"
+	"github.com/turnstile-locks/turnstile/internal/shop"
+	"github.com/turnstile-locks/turnstile/internal/testenv"
+	"github.com/turnstile-locks/turnstile/lockcore"
+)
+
+func TestMain(m *testing.M) { testenv.Main(m) }
+
+// capture is a Redriver that keeps what it was given.
+type capture struct {
+	mu     sync.Mutex
+	orders []shop.Order
+	err    error
+}
+
+func (c *capture) Redrive(_ context.Context, o shop.Order) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.err != nil {
+		return c.err
+	}
+	c.orders = append(c.orders, o)
+	return nil
+}
+
+func (c *capture) ids() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var ids []string
+	for _, o := range c.orders {
+		ids = append(ids, o.OrderID)
+	}
+	return ids
+}
+
+type fixture struct {
+	db      *dynamodb.Client
+	tables  shop.Tables
+	svc     *shop.Service
+	redrive *capture
+	metrics *bytes.Buffer
+	h       *handler.Handler
+}
+
+func newFixture(t *testing.T, opts ...handler.Option) *fixture {
+	t.Helper()
+	names := testenv.Tables(t, "LockTable", "OrdersTable", "InventoryTable")
+	f := &fixture{
+		db:      testenv.Client(t),
+		tables:  shop.Tables{Locks: names["LockTable"], Orders: names["OrdersTable"], Inventory: names["InventoryTable"]},
+		redrive: &capture{},
+		metrics: &bytes.Buffer{},
+	}
+	var err error
+	if f.svc, err = shop.NewService(f.db, f.tables, shop.WithOwner("janitor-test"), shop.WithLease(time.Second), shop.WithTakeoverSkew(0)); err != nil {
+		t.Fatal(err)
+	}
+	f.h = handler.New(f.db, f.tables.Locks, f.svc, f.redrive, append([]handler.Option{
+		handler.WithLogger(slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))),
+		handler.WithMetrics(func(context.Context) handler.Metrics { return emf.New(f.metrics, "test") }),
+	}, opts...)...)
+	return f
+}
+
+var errCrash = errors.New("injected crash")
+
+// crashOrder runs an order through a service that dies at point, leaving its leases
+// held, and returns the order.
+func (f *fixture) crashOrder(t *testing.T, point string, o shop.Order) {
+	t.Helper()
+	dead, err := shop.NewService(f.db, f.tables, shop.WithOwner("doomed-"+o.OrderID), shop.WithLease(time.Second),
+		shop.WithCrashHook(func(p string) error {
+			if p == point {
+				return errCrash
+			}
+			return nil
+		}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range o.Lines {
+		if err := dead.SeedStock(context.Background(), l.SKU, 10); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := dead.ProcessOrder(context.Background(), o); !errors.Is(err, errCrash) {
+		t.Fatalf("ProcessOrder = %v, want the injected crash", err)
+	}
+}
+
+// lockRow reads a lock row as the stream's old image would show it.
+func (f *fixture) lockRow(t *testing.T, key string) map[string]events.DynamoDBAttributeValue {
+	t.Helper()
+	out, err := f.db.GetItem(context.Background(), &dynamodb.GetItemInput{
+		TableName: aws.String(f.tables.Locks), ConsistentRead: aws.Bool(true),
+		Key: map[string]types.AttributeValue{"pk": &types.AttributeValueMemberS{Value: key}, "sk": &types.AttributeValueMemberS{Value: "lock"}},
+	})
+	if err != nil || out.Item == nil {
+		t.Fatalf("lock row %s: %v (item %v)", key, err, out.Item)
+	}
+	img := map[string]events.DynamoDBAttributeValue{}
+	for k, v := range out.Item {
+		switch x := v.(type) {
+		case *types.AttributeValueMemberS:
+			img[k] = events.NewStringAttribute(x.Value)
+		case *types.AttributeValueMemberN:
+			img[k] = events.NewNumberAttribute(x.Value)
+		case *types.AttributeValueMemberB:
+			img[k] = events.NewBinaryAttribute(x.Value)
+		}
+	}
+	return img
+}
+
+// streamEvent loads an event file of events/ and replaces its record's images with img.
+func streamEvent(t *testing.T, file string, imgs ...map[string]events.DynamoDBAttributeValue) json.RawMessage {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("..", "..", "..", "events", file))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ev events.DynamoDBEvent
+	if err := json.Unmarshal(b, &ev); err != nil {
+		t.Fatalf("%s: %v", file, err)
+	}
+	if len(imgs) > 0 {
+		tmpl := ev.Records[0]
+		ev.Records = nil
+		for i, img := range imgs {
+			r := tmpl
+			r.Change.OldImage = img
+			r.Change.Keys = map[string]events.DynamoDBAttributeValue{"pk": img["pk"], "sk": img["sk"]}
+			r.Change.SequenceNumber = tmpl.Change.SequenceNumber + string(rune('0'+i))
+			ev.Records = append(ev.Records, r)
+		}
+	}
+	raw, err := json.Marshal(ev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return raw
+}
+
+func (f *fixture) handle(t *testing.T, raw json.RawMessage) []string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	resp, err := f.h.Handle(ctx, raw)
+	if err != nil {
+		t.Fatalf("Handle: %v", err)
+	}
+	var seqs []string
+	for _, fl := range resp.BatchItemFailures {
+		seqs = append(seqs, fl.ItemIdentifier)
+	}
+	return seqs
+}
+
+var crashed = shop.Order{OrderID: "ord-1001", CustomerID: "cus-4711", Lines: []shop.Line{{SKU: "MUG-RED-350", Qty: 2}, {SKU: "TEE-BLK-M", Qty: 1}}}
+
+func TestAbandonedLeaseIsDetectedAndOrderRedriven(t *testing.T) {
+	f := newFixture(t)
+	f.crashOrder(t, shop.CrashStockLocked, crashed)
+	img := f.lockRow(t, shop.SKULockKey("MUG-RED-350"))
+	if img["state"].String() != "held" {
+		t.Fatalf("lock row state = %s", img["state"].String())
+	}
+
+	// TTL removes the dead holder's row: the janitor reports it and re-drives the order.
+	ttl := streamEvent(t, "dynamodb-ttl-remove.json", img)
+	if failed := f.handle(t, ttl); len(failed) != 0 {
+		t.Fatalf("failures: %v", failed)
+	}
+	if len(f.redrive.orders) != 1 || !slices.Equal(f.redrive.orders[0].Lines, crashed.Lines) ||
+		f.redrive.orders[0].OrderID != crashed.OrderID || f.redrive.orders[0].CustomerID != crashed.CustomerID {
+		t.Fatalf("re-driven = %+v, want %+v", f.redrive.orders, crashed)
+	}
+	for _, want := range []string{`"AbandonedLeases":1`, `"OrdersRedriven":1`} {
+		if !strings.Contains(f.metrics.String(), want) {
+			t.Errorf("metrics lack %s:\n%s", want, f.metrics)
+		}
+	}
+
+	// The re-driven message completes the order (once the dead leases expired) ...
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		out, err := f.svc.ProcessOrder(context.Background(), f.redrive.orders[0])
+		if err == nil {
+			if out.Status != shop.StatusReserved {
+				t.Fatalf("outcome %+v", out)
+			}
+			break
+		}
+		if !errors.Is(err, shop.ErrBusy) || time.Now().After(deadline) {
+			t.Fatal(err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	// ... and a late or repeated TTL record of the same lease re-drives nothing.
+	if failed := f.handle(t, ttl); len(failed) != 0 {
+		t.Fatalf("failures: %v", failed)
+	}
+	if got := f.redrive.ids(); len(got) != 1 {
+		t.Errorf("re-driven %v, want the order once", got)
+	}
+}
+
+func TestStreamRecordsThatAreNotAbandonedLeases(t *testing.T) {
+	f := newFixture(t)
+	f.crashOrder(t, shop.CrashStockLocked, crashed)
+	held := f.lockRow(t, shop.SKULockKey("MUG-RED-350"))
+	released := f.lockRow(t, shop.SKULockKey("MUG-RED-350"))
+	released["state"] = events.NewStringAttribute("released")
+	keeper := f.lockRow(t, shop.SKULockKey("MUG-RED-350"))
+	keeper["pk"] = events.NewStringAttribute("turnstile#fence#0001")
+
+	for name, raw := range map[string]json.RawMessage{
+		"user delete of a held row": streamEvent(t, "dynamodb-user-remove.json", held),
+		"released row expiring":     streamEvent(t, "dynamodb-ttl-remove.json", released),
+		"lockcore's own row":        streamEvent(t, "dynamodb-ttl-remove.json", keeper),
+		"event file as delivered":   streamEvent(t, "dynamodb-ttl-remove.json"),
+	} {
+		if failed := f.handle(t, raw); len(failed) != 0 {
+			t.Errorf("%s: failures %v", name, failed)
+		}
+	}
+	if ids := f.redrive.ids(); len(ids) != 0 {
+		t.Errorf("re-driven %v, want nothing", ids)
+	}
+}
+
+func TestFailedRecordIsReportedBySequenceNumber(t *testing.T) {
+	f := newFixture(t)
+	f.crashOrder(t, shop.CrashStockLocked, crashed)
+	adjustmentLease := f.lockRow(t, shop.SKULockKey("MUG-RED-350"))
+	delete(adjustmentLease, "data") // a lease without an order: nothing to re-drive
+	orderLease := f.lockRow(t, shop.SKULockKey("TEE-BLK-M"))
+	bad := f.lockRow(t, shop.SKULockKey("TEE-BLK-M"))
+	bad["pk"] = events.NewNumberAttribute("42")
+
+	f.redrive.err = errors.New("SQS is down")
+	raw := streamEvent(t, "dynamodb-ttl-remove.json", adjustmentLease, orderLease, bad)
+	var ev events.DynamoDBEvent
+	_ = json.Unmarshal(raw, &ev)
+	if failed := f.handle(t, raw); !slices.Equal(failed, []string{ev.Records[1].Change.SequenceNumber}) {
+		t.Fatalf("failures = %v, want only the record whose re-drive failed (%s)", failed, ev.Records[1].Change.SequenceNumber)
+	}
+	f.redrive.err = nil
+	if failed := f.handle(t, raw); !slices.Equal(failed, []string{ev.Records[2].Change.SequenceNumber}) {
+		t.Fatalf("failures = %v, want the malformed record", failed)
+	}
+	if ids := f.redrive.ids(); !slices.Equal(ids, []string{crashed.OrderID}) {
+		t.Errorf("re-driven %v", ids)
+	}
+}
+
+func TestUnrecognisedEvent(t *testing.T) {
+	f := newFixture(t)
+	for _, raw := range []string{`{"hello":"world"}`, `[1,2]`, `"x"`} {
+		if _, err := f.h.Handle(context.Background(), json.RawMessage(raw)); err == nil {
+			t.Errorf("%s: no error", raw)
+		}
+	}
+}
+
+// scanHook runs after the first Scan returns: the place to change rows between the
+// sweep's scan and its deletes.
+type scanHook struct {
+	*dynamodb.Client
+	once  sync.Once
+	after func()
+}
+
+func (s *scanHook) Scan(ctx context.Context, in *dynamodb.ScanInput, opts ...func(*dynamodb.Options)) (*dynamodb.ScanOutput, error) {
+	out, err := s.Client.Scan(ctx, in, opts...)
+	s.once.Do(s.after)
+	return out, err
+}
+
+func TestSweepNeverDeletesARenewedLease(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	// An abandoned lease of a crashed order.
+	dead := shop.Order{OrderID: "ord-dead", CustomerID: "c", Lines: []shop.Line{{SKU: "DEAD-SKU", Qty: 1}}}
+	f.crashOrder(t, shop.CrashStockLocked, dead)
+	// A released row and a live lease.
+	mu, err := lockcore.NewMutex(f.db, f.tables.Locks, lockcore.WithOwner("live-holder"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rel, err := mu.Acquire(ctx, "sku#RELEASED")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := rel.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	live, err := mu.Acquire(ctx, "sku#LIVE")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = live.Release(ctx) }()
+	// Rows the sweep must never touch, however old.
+	for _, k := range [][2]string{{"turnstile#fence#0007", "epoch"}, {"queue-key", "lock#counter"}} {
+		if _, err := f.db.PutItem(ctx, &dynamodb.PutItemInput{TableName: aws.String(f.tables.Locks), Item: map[string]types.AttributeValue{
+			"pk": &types.AttributeValueMemberS{Value: k[0]}, "sk": &types.AttributeValueMemberS{Value: k[1]},
+			"expiresAt": &types.AttributeValueMemberN{Value: "1"},
+		}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	// Two days on, every row looks long expired; between the scan and the deletes the
+	// live holder renews its lease.
+	db := &scanHook{Client: f.db, after: func() {
+		if err := live.Renew(ctx); err != nil {
+			t.Errorf("renew: %v", err)
+		}
+	}}
+	j := handler.New(db, f.tables.Locks, f.svc, f.redrive,
+		handler.WithLogger(slog.New(slog.DiscardHandler)),
+		handler.WithMetrics(func(context.Context) handler.Metrics { return emf.New(f.metrics, "test") }),
+		handler.WithClock(func() time.Time { return time.Now().Add(48 * time.Hour) }),
+		handler.WithMinAge(time.Hour))
+	res, err := j.Sweep(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Deleted != 2 || res.Skipped != 1 || res.Abandoned != 1 || res.Redriven != 1 {
+		t.Errorf("sweep = %+v, want 2 deleted (dead, released), 1 skipped (live), 1 abandoned and re-driven", res)
+	}
+	if ids := f.redrive.ids(); !slices.Equal(ids, []string{"ord-dead"}) {
+		t.Errorf("re-driven %v", ids)
+	}
+	info, err := mu.Get(ctx, "sku#LIVE")
+	if err != nil || !info.Held || info.Holder.LeaseID != live.ID() {
+		t.Errorf("live lease after sweep: %+v, %v", info, err)
+	}
+	if err := live.Renew(ctx); err != nil {
+		t.Errorf("live lease cannot renew after the sweep: %v", err)
+	}
+	for _, k := range [][2]string{{"turnstile#fence#0007", "epoch"}, {"queue-key", "lock#counter"}} {
+		out, err := f.db.GetItem(ctx, &dynamodb.GetItemInput{TableName: aws.String(f.tables.Locks), Key: map[string]types.AttributeValue{
+			"pk": &types.AttributeValueMemberS{Value: k[0]}, "sk": &types.AttributeValueMemberS{Value: k[1]},
+		}})
+		if err != nil || out.Item == nil {
+			t.Errorf("sweep deleted %v (%v)", k, err)
+		}
+	}
+
+	// The scheduled event runs the sweep with the real clock: no row has been expired
+	// for an hour, so the live lease stays.
+	raw, err := os.ReadFile(filepath.Join("..", "..", "..", "events", "scheduled-sweep.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.h.Handle(ctx, raw); err != nil {
+		t.Fatalf("scheduled sweep: %v", err)
+	}
+	if info, err := mu.Get(ctx, "sku#LIVE"); err != nil || !info.Held {
+		t.Errorf("live lease after the scheduled sweep: %+v, %v", info, err)
+	}
+}

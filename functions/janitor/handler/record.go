@@ -1,0 +1,140 @@
+package handler
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/aws/aws-lambda-go/events"
+
+	"github.com/turnstile-locks/turnstile/internal/shop"
+)
+
+// Lock-table conventions of lockcore (see lockcore's Mutex and Queue).
+const (
+	reservedPrefix = "turnstile#" // lockcore's own rows (fence epoch keepers)
+	counterSuffix  = "#counter"   // queue ticket counters: never expire, never swept
+	stateHeld      = "held"
+	// OrderLockPrefix starts a lock key that names an order directly: "order#<id>".
+	OrderLockPrefix = "order#"
+	// TTLPrincipal is the principal of deletions made by DynamoDB's TTL service.
+	TTLPrincipal = "dynamodb.amazonaws.com"
+)
+
+// AbandonedLease is a lock row whose lease was still held when it was removed: its
+// holder died (or stopped renewing) and never released it.
+type AbandonedLease struct {
+	Key       string    // lock key (pk)
+	Namespace string    // namespace / row (sk)
+	Owner     string    // owner name of the dead holder
+	LeaseID   string    // its lease id
+	Until     time.Time // its recorded lease end (zero if absent)
+	Data      []byte    // data stored with the lease
+	OrderID   string    // the order whose work the lease protected; "" if none
+}
+
+// String describes the lease for logs.
+func (l AbandonedLease) String() string {
+	return fmt.Sprintf("%s/%s (owner %q, lease %q)", l.Key, l.Namespace, l.Owner, l.LeaseID)
+}
+
+// ErrMalformedRecord matches the errors of DecodeRecord.
+var ErrMalformedRecord = errors.New("janitor: malformed stream record")
+
+func malformed(format string, args ...any) error {
+	return fmt.Errorf("%w: %s", ErrMalformedRecord, fmt.Sprintf(format, args...))
+}
+
+// IsTTLDeletion reports whether a stream record is a deletion by DynamoDB's TTL service
+// (eventName REMOVE, userIdentity {type Service, principalId dynamodb.amazonaws.com}).
+func IsTTLDeletion(rec events.DynamoDBEventRecord) bool {
+	return rec.EventName == "REMOVE" && rec.UserIdentity != nil &&
+		rec.UserIdentity.Type == "Service" && rec.UserIdentity.PrincipalID == TTLPrincipal
+}
+
+// DecodeRecord returns the abandoned lease a lock-table stream record reports. ok is
+// false for records that report none: anything but a TTL deletion, a row that was not
+// held (a released lock expiring normally), and lockcore's bookkeeping rows. An error
+// (matching ErrMalformedRecord) means a TTL deletion whose old image is not a lock row.
+// It never panics, whatever the record holds.
+func DecodeRecord(rec events.DynamoDBEventRecord) (lease AbandonedLease, ok bool, err error) {
+	if !IsTTLDeletion(rec) {
+		return AbandonedLease{}, false, nil
+	}
+	img := rec.Change.OldImage
+	if img == nil {
+		return AbandonedLease{}, false, malformed("TTL deletion without an old image (stream view type %q)", rec.Change.StreamViewType)
+	}
+	pk, okPK := imgString(img, "pk")
+	sk, okSK := imgString(img, "sk")
+	if !okPK || !okSK || pk == "" || sk == "" {
+		return AbandonedLease{}, false, malformed("old image lacks the string keys pk and sk")
+	}
+	if strings.HasPrefix(pk, reservedPrefix) || strings.HasSuffix(sk, counterSuffix) {
+		return AbandonedLease{}, false, nil
+	}
+	if state, _ := imgString(img, "state"); state != stateHeld {
+		return AbandonedLease{}, false, nil
+	}
+	l := AbandonedLease{Key: pk, Namespace: sk}
+	l.Owner, _ = imgString(img, "owner")
+	l.LeaseID, _ = imgString(img, "leaseId")
+	if ms, ok := imgInt(img, "until"); ok {
+		l.Until = time.UnixMilli(ms)
+	}
+	l.Data = imgBytes(img, "data")
+	l.OrderID = OrderIDOf(pk, l.Data)
+	return l, true, nil
+}
+
+// OrderIDOf returns the order a lease on key protected: the lease's data for a SKU lock
+// ("sku#<sku>", whose leases carry their order id), the key's suffix for "order#<id>".
+// It returns "" when the lease names no valid order id.
+func OrderIDOf(key string, data []byte) string {
+	var id string
+	switch {
+	case strings.HasPrefix(key, OrderLockPrefix):
+		id = strings.TrimPrefix(key, OrderLockPrefix)
+	case strings.HasPrefix(key, shop.SKULockPrefix):
+		id = string(data)
+	}
+	if id == "" || len(id) > shop.MaxIDBytes || !utf8.ValidString(id) {
+		return ""
+	}
+	return id
+}
+
+func imgString(img map[string]events.DynamoDBAttributeValue, k string) (string, bool) {
+	v, ok := img[k]
+	if !ok || v.DataType() != events.DataTypeString {
+		return "", false
+	}
+	return v.String(), true
+}
+
+func imgInt(img map[string]events.DynamoDBAttributeValue, k string) (int64, bool) {
+	v, ok := img[k]
+	if !ok || v.DataType() != events.DataTypeNumber {
+		return 0, false
+	}
+	n, err := strconv.ParseInt(v.Number(), 10, 64)
+	return n, err == nil
+}
+
+// imgBytes reads a binary attribute (lockcore's data), or a string one.
+func imgBytes(img map[string]events.DynamoDBAttributeValue, k string) []byte {
+	v, ok := img[k]
+	if !ok {
+		return nil
+	}
+	switch v.DataType() {
+	case events.DataTypeBinary:
+		return v.Binary()
+	case events.DataTypeString:
+		return []byte(v.String())
+	}
+	return nil
+}

@@ -1,0 +1,279 @@
+package handler_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-lambda-go/events"
+
+	"github.com/turnstile-locks/turnstile/functions/orderprocessor/handler"
+	"github.com/turnstile-locks/turnstile/internal/emf"
+	"github.com/turnstile-locks/turnstile/internal/shop"
+	"github.com/turnstile-locks/turnstile/internal/testenv"
+	"github.com/turnstile-locks/turnstile/lockcore"
+)
+
+func TestMain(m *testing.M) { testenv.Main(m) }
+
+// syncBuffer is a bytes.Buffer safe for the logger's concurrent writes.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+type fixture struct {
+	svc     *shop.Service
+	h       *handler.Handler
+	tables  shop.Tables
+	logs    *syncBuffer
+	metrics *syncBuffer
+}
+
+func newFixture(t *testing.T, opts ...shop.Option) *fixture {
+	t.Helper()
+	names := testenv.Tables(t, "LockTable", "OrdersTable", "InventoryTable")
+	tables := shop.Tables{Locks: names["LockTable"], Orders: names["OrdersTable"], Inventory: names["InventoryTable"]}
+	svc, err := shop.NewService(testenv.Client(t), tables, append([]shop.Option{
+		shop.WithOwner("orderprocessor-test"), shop.WithLease(time.Second), shop.WithWaitBudget(0),
+	}, opts...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &fixture{svc: svc, tables: tables, logs: &syncBuffer{}, metrics: &syncBuffer{}}
+	f.h = handler.New(svc,
+		handler.WithLogger(slog.New(slog.NewJSONHandler(f.logs, nil))),
+		handler.WithMetrics(func(context.Context) handler.Metrics { return emf.New(f.metrics, "test") }))
+	return f
+}
+
+func (f *fixture) seed(t *testing.T, stock map[string]int) {
+	t.Helper()
+	for sku, n := range stock {
+		if err := f.svc.SeedStock(context.Background(), sku, n); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func (f *fixture) stock(t *testing.T, sku string) [2]int {
+	t.Helper()
+	a, r, err := f.svc.Stock(context.Background(), sku)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return [2]int{a, r}
+}
+
+func (f *fixture) status(t *testing.T, id string) shop.Status {
+	t.Helper()
+	st, _, err := f.svc.OrderStatus(context.Background(), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st
+}
+
+// loadEvent reads an event file of the repository's events/ directory.
+func loadEvent(t *testing.T, name string) events.SQSEvent {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("..", "..", "..", "events", name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ev events.SQSEvent
+	if err := json.Unmarshal(b, &ev); err != nil {
+		t.Fatalf("%s: %v", name, err)
+	}
+	return ev
+}
+
+// invoke calls Handle the way Lambda does: with a deadline.
+func (f *fixture) invoke(t *testing.T, ev events.SQSEvent) []string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	resp, err := f.h.Handle(ctx, ev)
+	if err != nil {
+		t.Fatalf("Handle returned an error (the whole batch would be retried): %v", err)
+	}
+	// The response must marshal to the shape Lambda expects.
+	b, _ := json.Marshal(resp)
+	if !strings.HasPrefix(string(b), `{"batchItemFailures":[`) {
+		t.Errorf("response JSON = %s", b)
+	}
+	var failed []string
+	for _, fl := range resp.BatchItemFailures {
+		failed = append(failed, fl.ItemIdentifier)
+	}
+	return failed
+}
+
+func messageID(ev events.SQSEvent, i int) string { return ev.Records[i].MessageId }
+
+func TestSingleOrder(t *testing.T) {
+	f := newFixture(t)
+	f.seed(t, map[string]int{"MUG-RED-350": 5, "TEE-BLK-M": 5})
+	if failed := f.invoke(t, loadEvent(t, "sqs-order.json")); len(failed) != 0 {
+		t.Fatalf("failures: %v\n%s", failed, f.logs)
+	}
+	if st := f.status(t, "ord-1001"); st != shop.StatusReserved {
+		t.Errorf("status = %s", st)
+	}
+	if got := f.stock(t, "MUG-RED-350"); got != [2]int{3, 2} {
+		t.Errorf("MUG stock = %v", got)
+	}
+	for _, want := range []string{`"OrdersReserved":1`, `"LockWait":`, `"LockHold":`, `"Messages":1`} {
+		if !strings.Contains(f.metrics.String(), want) {
+			t.Errorf("EMF output lacks %s:\n%s", want, f.metrics)
+		}
+	}
+}
+
+func TestDuplicateDelivery(t *testing.T) {
+	f := newFixture(t, shop.WithWaitBudget(2*time.Second))
+	f.seed(t, map[string]int{"MUG-RED-350": 5, "BOOK-DDIA": 5})
+	ev := loadEvent(t, "sqs-order-duplicate.json") // the same order twice in one batch
+	if failed := f.invoke(t, ev); len(failed) != 0 {
+		t.Fatalf("failures: %v\n%s", failed, f.logs)
+	}
+	// ... and again, as SQS may redeliver the whole batch.
+	if failed := f.invoke(t, ev); len(failed) != 0 {
+		t.Fatalf("failures: %v", failed)
+	}
+	if got := f.stock(t, "MUG-RED-350"); got != [2]int{4, 1} {
+		t.Errorf("MUG stock = %v, want reserved once", got)
+	}
+	if got := f.stock(t, "BOOK-DDIA"); got != [2]int{3, 2} {
+		t.Errorf("BOOK stock = %v, want reserved once", got)
+	}
+	if n := strings.Count(f.metrics.String(), `"OrdersDuplicate":`); n != 2 {
+		t.Errorf("duplicate metrics in %d documents, want 2:\n%s", n, f.metrics)
+	}
+}
+
+func TestMalformedMessageInMixedBatch(t *testing.T) {
+	f := newFixture(t)
+	f.seed(t, map[string]int{"TEE-BLK-M": 5, "MUG-RED-350": 5, "BOOK-DDIA": 5, "CAP-NVY-OS": 5})
+	ev := loadEvent(t, "sqs-order-malformed.json")
+	failed := f.invoke(t, ev)
+	want := []string{messageID(ev, 1), messageID(ev, 2), messageID(ev, 3), messageID(ev, 4)}
+	if !slices.Equal(failed, want) {
+		t.Fatalf("failures = %v, want every message but the first (%v)", failed, want)
+	}
+	if st := f.status(t, "ord-4001"); st != shop.StatusReserved {
+		t.Errorf("the valid order's status = %q", st)
+	}
+	// Nothing of the malformed ones was touched.
+	for _, id := range []string{"ord-4003", "ord-4004", "ord-4005"} {
+		if _, ok, _ := f.svc.OrderStatus(context.Background(), id); ok {
+			t.Errorf("malformed order %s was stored", id)
+		}
+	}
+	if got := f.stock(t, "CAP-NVY-OS"); got != [2]int{5, 0} {
+		t.Errorf("CAP stock = %v", got)
+	}
+	// Each failure is logged at ERROR with its message id and field.
+	logs := f.logs.String()
+	for i, field := range map[int]string{1: `"field":""`, 2: `"field":"customerId"`, 3: `"field":"lines[0].qty"`, 4: `"field":"lines[1].qty"`} {
+		line := lineWith(logs, messageID(ev, i))
+		if !strings.Contains(line, `"level":"ERROR"`) || !strings.Contains(line, field) {
+			t.Errorf("log of message %d = %s; want ERROR naming %s", i, line, field)
+		}
+	}
+	if !strings.Contains(f.metrics.String(), `"MessagesMalformed":[1,1,1,1]`) {
+		t.Errorf("metrics:\n%s", f.metrics)
+	}
+}
+
+func lineWith(logs, s string) string {
+	for _, l := range strings.Split(logs, "\n") {
+		if strings.Contains(l, s) {
+			return l
+		}
+	}
+	return ""
+}
+
+func TestContentionReturnsOnlyContendedMessages(t *testing.T) {
+	f := newFixture(t)
+	f.seed(t, map[string]int{"MUG-RED-350": 10, "TEE-BLK-M": 10, "BOOK-DDIA": 10, "CAP-NVY-OS": 10})
+	other, err := lockcore.NewMutex(testenv.Client(t), f.tables.Locks, lockcore.WithOwner("another-invocation"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	held, err := other.Acquire(context.Background(), shop.SKULockKey("TEE-BLK-M"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ev := loadEvent(t, "sqs-order-batch.json")
+	failed := f.invoke(t, ev)
+	if !slices.Equal(failed, []string{messageID(ev, 1)}) {
+		t.Fatalf("failures = %v, want only ord-2002 (TEE-BLK-M is held)\n%s", failed, f.logs)
+	}
+	if got := f.stock(t, "TEE-BLK-M"); got != [2]int{10, 0} {
+		t.Errorf("TEE stock = %v", got)
+	}
+	if !strings.Contains(f.metrics.String(), `"LockContention":1`) {
+		t.Errorf("metrics:\n%s", f.metrics)
+	}
+	if err := held.Release(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	// SQS redelivers the returned message.
+	if failed := f.invoke(t, events.SQSEvent{Records: ev.Records[1:2]}); len(failed) != 0 {
+		t.Fatalf("redelivery failed: %v", failed)
+	}
+	if st := f.status(t, "ord-2002"); st != shop.StatusReserved {
+		t.Errorf("ord-2002 = %s", st)
+	}
+}
+
+func TestOutOfStockRejectsWholeOrder(t *testing.T) {
+	f := newFixture(t)
+	// ord-2003 wants BOOK-DDIA x1 and MUG-RED-350 x4; only 3 mugs left after ord-2001.
+	f.seed(t, map[string]int{"MUG-RED-350": 4, "TEE-BLK-M": 10, "BOOK-DDIA": 10, "CAP-NVY-OS": 10})
+	if failed := f.invoke(t, loadEvent(t, "sqs-order-batch.json")); len(failed) != 0 {
+		t.Fatalf("failures: %v", failed)
+	}
+	if st := f.status(t, "ord-2003"); st != shop.StatusRejected {
+		t.Errorf("ord-2003 = %s, want REJECTED", st)
+	}
+	if got := f.stock(t, "MUG-RED-350"); got != [2]int{3, 1} {
+		t.Errorf("MUG stock = %v, want only ord-2001's unit reserved", got)
+	}
+	if got := f.stock(t, "BOOK-DDIA"); got != [2]int{9, 1} {
+		t.Errorf("BOOK stock = %v, want only ord-2002's unit reserved (no partial reservation for ord-2003)", got)
+	}
+}
+
+func TestDeadlineTooCloseReturnsMessages(t *testing.T) {
+	f := newFixture(t)
+	ev := loadEvent(t, "sqs-order.json")
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	resp, err := f.h.Handle(ctx, ev)
+	if err != nil || len(resp.BatchItemFailures) != 1 {
+		t.Fatalf("resp = %+v, %v", resp, err)
+	}
+}

@@ -1,0 +1,170 @@
+package shop
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/expression"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/turnstile-locks/turnstile/lockcore"
+)
+
+// ApplyAdjustment adds a.Delta to the available stock of a.SKU, once per adjustment id.
+//
+// It takes the SKU's lock ("sku#<sku>", the lock order reservations take, so the two
+// never interleave), then:
+//   - if the marker ADJ#<adjustmentId> exists, the adjustment was applied before: it
+//     returns applied=false and no error (a duplicate delivery);
+//   - if available+delta would be negative, it returns an error matching
+//     ErrInsufficientStock naming the SKU, the stock and the delta; nothing changes;
+//   - otherwise one TransactWriteItems updates the stock record (conditioned on the
+//     result staying non-negative and on the lock's fencing token), puts the marker
+//     (conditioned on its absence; it expires after AdjustmentMarkerRetention) and
+//     checks the lease (GuardCheck).
+//
+// Contention returns an error matching ErrBusy, a lost lease one matching
+// lockcore.ErrLeaseLost; both are safe to retry.
+func (s *Service) ApplyAdjustment(ctx context.Context, a Adjustment) (applied bool, err error) {
+	if err := a.Validate(); err != nil {
+		return false, err
+	}
+	if s.t.Inventory == "" {
+		return false, errors.New("shop: no inventory table configured")
+	}
+	lease, wait, err := s.budget(ctx)
+	if err != nil {
+		return false, err
+	}
+	_, mu, err := s.lockers(lease)
+	if err != nil {
+		return false, err
+	}
+	what := fmt.Sprintf("adjustment %s of %s", a.AdjustmentID, a.SKU)
+	start := s.now()
+	lockCtx, stopHB := context.WithCancel(ctx)
+	defer stopHB()
+	l, err := mu.Acquire(lockCtx, SKULockKey(a.SKU), lockcore.Wait(waitPolicy(wait)))
+	if err != nil {
+		if errors.Is(err, lockcore.ErrLockHeld) {
+			s.count(ctx, MetricContention)
+			return false, busy(what, err)
+		}
+		return false, fmt.Errorf("shop: %s: lock: %w", what, err)
+	}
+	locked := s.now()
+	s.millis(ctx, MetricLockWait, locked.Sub(start))
+	if err := s.crashAt(CrashAdjustmentLocked); err != nil {
+		return false, err
+	}
+	done := func() {
+		s.release(ctx, what, l)
+		s.millis(ctx, MetricLockHold, s.now().Sub(locked))
+	}
+
+	marker, err := s.db.GetItem(ctx, &dynamodb.GetItemInput{
+		TableName: aws.String(s.t.Inventory), Key: markerKey(a.SKU, a.AdjustmentID), ConsistentRead: aws.Bool(true),
+	})
+	if err != nil {
+		done()
+		return false, fmt.Errorf("shop: %s: read marker: %w", what, err)
+	}
+	if marker.Item != nil {
+		done()
+		s.count(ctx, MetricAdjustmentsDuplicate)
+		return false, nil
+	}
+	st, err := s.readStock(ctx, a.SKU)
+	if err != nil {
+		done()
+		return false, err
+	}
+	if st.available+int64(a.Delta) < 0 {
+		done()
+		s.count(ctx, MetricAdjustmentsRejected)
+		return false, fmt.Errorf("%w: %s: %s has %d available, delta %d would leave %d",
+			ErrInsufficientStock, what, a.SKU, st.available, a.Delta, st.available+int64(a.Delta))
+	}
+
+	token := l.Token()
+	cond := lockcore.FenceCondition(attrFence, token)
+	if a.Delta < 0 {
+		cond = expression.And(cond, name(attrAvailable).GreaterThanEqual(value(-a.Delta)))
+	}
+	upd := expression.Set(name(attrAvailable), expression.Plus(expression.IfNotExists(name(attrAvailable), value(0)), value(a.Delta))).
+		Set(name(attrReserved), expression.IfNotExists(name(attrReserved), value(0)))
+	upd = lockcore.FenceUpdate(upd, attrFence, token)
+	now := s.now()
+	mk := markerKey(a.SKU, a.AdjustmentID)
+	mk["adjustmentId"] = str(a.AdjustmentID)
+	mk["delta"] = num(int64(a.Delta))
+	mk[attrReason] = str(a.Reason)
+	mk["appliedAt"] = num(now.UnixMilli())
+	mk[attrExpiresAt] = num(now.Add(AdjustmentMarkerRetention).Unix())
+	items := []types.TransactWriteItem{
+		buildUpdate(s.t.Inventory, stockKey(a.SKU), upd, &cond),
+		buildPut(s.t.Inventory, mk, expression.AttributeNotExists(name(attrPK))),
+		mu.GuardCheck(l),
+	}
+	res, err := s.transact(ctx, items)
+	done()
+	switch {
+	case err == nil:
+		s.count(ctx, MetricAdjustmentsApplied)
+		return true, nil
+	case res.failed == 1:
+		// The marker exists: an earlier, ambiguous attempt of ours applied it.
+		s.count(ctx, MetricAdjustmentsDuplicate)
+		return res.ambiguous, nil
+	case res.failed >= 0:
+		s.count(ctx, MetricLeaseLost)
+		return false, fmt.Errorf("shop: %s: the lease was lost before the write (%w): %w", what, lockcore.ErrLeaseLost, err)
+	}
+	return false, fmt.Errorf("shop: %s: %w", what, err)
+}
+
+// SeedStock sets the available stock of sku (keeping what is reserved), under the SKU's
+// lock. It is meant for setting up demos and tests.
+func (s *Service) SeedStock(ctx context.Context, sku string, available int) error {
+	if err := ValidSKU(sku); err != nil {
+		return fieldErr("sku", "%s", err.Error())
+	}
+	if available < 0 {
+		return fieldErr("available", "must not be negative, got %d", available)
+	}
+	if s.t.Inventory == "" {
+		return errors.New("shop: no inventory table configured")
+	}
+	lease, wait, err := s.budget(ctx)
+	if err != nil {
+		return err
+	}
+	_, mu, err := s.lockers(lease)
+	if err != nil {
+		return err
+	}
+	lockCtx, stopHB := context.WithCancel(ctx)
+	defer stopHB()
+	l, err := mu.Acquire(lockCtx, SKULockKey(sku), lockcore.Wait(waitPolicy(max(wait, 5*time.Second))))
+	if err != nil {
+		if errors.Is(err, lockcore.ErrLockHeld) {
+			return busy("seed "+sku, err)
+		}
+		return fmt.Errorf("shop: seed %s: lock: %w", sku, err)
+	}
+	defer s.release(ctx, "seed "+sku, l)
+	cond := lockcore.FenceCondition(attrFence, l.Token())
+	upd := expression.Set(name(attrAvailable), value(available)).
+		Set(name(attrReserved), expression.IfNotExists(name(attrReserved), value(0)))
+	upd = lockcore.FenceUpdate(upd, attrFence, l.Token())
+	if _, err := s.transact(ctx, []types.TransactWriteItem{
+		buildUpdate(s.t.Inventory, stockKey(sku), upd, &cond), mu.GuardCheck(l),
+	}); err != nil {
+		return fmt.Errorf("shop: seed %s: %w", sku, err)
+	}
+	return nil
+}

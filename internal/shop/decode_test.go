@@ -1,0 +1,174 @@
+package shop_test
+
+import (
+	"encoding/json"
+	"errors"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/turnstile-locks/turnstile/internal/shop"
+)
+
+func TestDecodeOrder(t *testing.T) {
+	long := strings.Repeat("x", shop.MaxIDBytes+1)
+	manyLines := `[` + strings.Repeat(`{"sku":"A","qty":1},`, shop.MaxLines) + `{"sku":"A","qty":1}]`
+	tests := []struct {
+		name, body string
+		want       shop.Order
+		wantField  string // "" = valid
+		wantReason string
+	}{
+		{"valid", `{"orderId":"ord-1","customerId":"c-1","lines":[{"sku":"MUG-RED-350","qty":2},{"sku":"tee.blk_m","qty":10000}]}`,
+			shop.Order{OrderID: "ord-1", CustomerID: "c-1", Lines: []shop.Line{{SKU: "MUG-RED-350", Qty: 2}, {SKU: "tee.blk_m", Qty: 10000}}}, "", ""},
+		{"whitespace around", " \n{\"orderId\":\"o\",\"customerId\":\"c\",\"lines\":[{\"sku\":\"A\",\"qty\":1}]}\n ",
+			shop.Order{OrderID: "o", CustomerID: "c", Lines: []shop.Line{{SKU: "A", Qty: 1}}}, "", ""},
+		{"empty body", ``, shop.Order{}, "", "empty"},
+		{"not an object", `[1]`, shop.Order{}, "", "must be a JSON object"},
+		{"truncated", `{"orderId":"o","customerId":"c","lines":[{"sku":"A","qty":1}`, shop.Order{}, "", "truncated"},
+		{"trailing data", `{"orderId":"o","customerId":"c","lines":[{"sku":"A","qty":1}]} {}`, shop.Order{}, "", "after the JSON object"},
+		{"missing orderId", `{"customerId":"c","lines":[{"sku":"A","qty":1}]}`, shop.Order{}, "orderId", "is required"},
+		{"null orderId", `{"orderId":null,"customerId":"c","lines":[{"sku":"A","qty":1}]}`, shop.Order{}, "orderId", "is required"},
+		{"empty orderId", `{"orderId":"","customerId":"c","lines":[{"sku":"A","qty":1}]}`, shop.Order{}, "orderId", "must not be empty"},
+		{"long orderId", `{"orderId":"` + long + `","customerId":"c","lines":[{"sku":"A","qty":1}]}`, shop.Order{}, "orderId", "at most 256"},
+		{"control char", `{"orderId":"a\u0000b","customerId":"c","lines":[{"sku":"A","qty":1}]}`, shop.Order{}, "orderId", "control"},
+		{"numeric orderId", `{"orderId":7,"customerId":"c","lines":[{"sku":"A","qty":1}]}`, shop.Order{}, "orderId", "must be a string, got number"},
+		{"missing customer", `{"orderId":"o","lines":[{"sku":"A","qty":1}]}`, shop.Order{}, "customerId", "is required"},
+		{"unknown field", `{"orderId":"o","customerId":"c","lines":[{"sku":"A","qty":1}],"coupon":"X"}`, shop.Order{}, "coupon", "unknown field"},
+		{"unknown line field", `{"orderId":"o","customerId":"c","lines":[{"sku":"A","quantity":1}]}`, shop.Order{}, "lines[0].quantity", "unknown field"},
+		{"no lines", `{"orderId":"o","customerId":"c"}`, shop.Order{}, "lines", "is required"},
+		{"empty lines", `{"orderId":"o","customerId":"c","lines":[]}`, shop.Order{}, "lines", "at least one"},
+		{"lines not array", `{"orderId":"o","customerId":"c","lines":{}}`, shop.Order{}, "lines", "must be an array"},
+		{"too many lines", `{"orderId":"o","customerId":"c","lines":` + manyLines + `}`, shop.Order{}, "lines", "at most 50"},
+		{"line not object", `{"orderId":"o","customerId":"c","lines":[{"sku":"A","qty":1},7]}`, shop.Order{}, "lines[1]", "must be a JSON object"},
+		{"missing sku", `{"orderId":"o","customerId":"c","lines":[{"qty":1}]}`, shop.Order{}, "lines[0].sku", "is required"},
+		{"bad sku", `{"orderId":"o","customerId":"c","lines":[{"sku":"A#B","qty":1}]}`, shop.Order{}, "lines[0].sku", "only letters"},
+		{"duplicate sku", `{"orderId":"o","customerId":"c","lines":[{"sku":"A","qty":1},{"sku":"B","qty":1},{"sku":"A","qty":2}]}`, shop.Order{}, "lines[2].sku", "repeats lines[0]"},
+		{"qty zero", `{"orderId":"o","customerId":"c","lines":[{"sku":"A","qty":1},{"sku":"B","qty":0}]}`, shop.Order{}, "lines[1].qty", "between 1 and 10000"},
+		{"qty negative", `{"orderId":"o","customerId":"c","lines":[{"sku":"A","qty":-2}]}`, shop.Order{}, "lines[0].qty", "between 1 and 10000"},
+		{"qty too big", `{"orderId":"o","customerId":"c","lines":[{"sku":"A","qty":10001}]}`, shop.Order{}, "lines[0].qty", "between 1 and 10000"},
+		{"qty fraction", `{"orderId":"o","customerId":"c","lines":[{"sku":"A","qty":1.5}]}`, shop.Order{}, "lines[0].qty", "must be an integer in range, got number 1.5"},
+		{"qty string", `{"orderId":"o","customerId":"c","lines":[{"sku":"A","qty":"2"}]}`, shop.Order{}, "lines[0].qty", "must be an integer in range, got string"},
+		{"qty huge", `{"orderId":"o","customerId":"c","lines":[{"sku":"A","qty":1e30}]}`, shop.Order{}, "lines[0].qty", "must be an integer in range"},
+		{"missing qty", `{"orderId":"o","customerId":"c","lines":[{"sku":"A"}]}`, shop.Order{}, "lines[0].qty", "is required"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := shop.DecodeOrder([]byte(tt.body))
+			if tt.wantReason == "" {
+				if err != nil {
+					t.Fatalf("err = %v", err)
+				}
+				if !reflect.DeepEqual(got, tt.want) {
+					t.Fatalf("got %+v, want %+v", got, tt.want)
+				}
+				return
+			}
+			var fe *shop.FieldError
+			if !errors.As(err, &fe) || !errors.Is(err, shop.ErrInvalid) {
+				t.Fatalf("err = %v (%T), want a *FieldError", err, err)
+			}
+			if fe.Field != tt.wantField || !strings.Contains(fe.Reason, tt.wantReason) {
+				t.Fatalf("err = field %q reason %q; want field %q reason containing %q", fe.Field, fe.Reason, tt.wantField, tt.wantReason)
+			}
+		})
+	}
+}
+
+func TestDecodeAdjustment(t *testing.T) {
+	tests := []struct {
+		name, body string
+		want       shop.Adjustment
+		wantField  string
+		wantReason string
+	}{
+		{"valid", `{"adjustmentId":"adj-1","sku":"MUG-RED-350","delta":25,"reason":"restock"}`, shop.Adjustment{AdjustmentID: "adj-1", SKU: "MUG-RED-350", Delta: 25, Reason: "restock"}, "", ""},
+		{"negative, no reason", `{"adjustmentId":"adj-2","sku":"A","delta":-3}`, shop.Adjustment{AdjustmentID: "adj-2", SKU: "A", Delta: -3}, "", ""},
+		{"delta as word", `{"adjustmentId":"a","sku":"A","delta":"twelve"}`, shop.Adjustment{}, "delta", "must be an integer in range, got string"},
+		{"delta zero", `{"adjustmentId":"a","sku":"A","delta":0}`, shop.Adjustment{}, "delta", "must not be 0"},
+		{"delta huge", `{"adjustmentId":"a","sku":"A","delta":1000001}`, shop.Adjustment{}, "delta", "between"},
+		{"missing delta", `{"adjustmentId":"a","sku":"A"}`, shop.Adjustment{}, "delta", "is required"},
+		{"missing sku", `{"adjustmentId":"a","delta":1}`, shop.Adjustment{}, "sku", "is required"},
+		{"missing id", `{"sku":"A","delta":1}`, shop.Adjustment{}, "adjustmentId", "is required"},
+		{"unknown field", `{"adjustmentId":"a","sku":"A","delta":1,"warehouse":"x"}`, shop.Adjustment{}, "warehouse", "unknown field"},
+		{"reason control", `{"adjustmentId":"a","sku":"A","delta":1,"reason":"a\nb"}`, shop.Adjustment{}, "reason", "control"},
+		{"reason too long", `{"adjustmentId":"a","sku":"A","delta":1,"reason":"` + strings.Repeat("r", 257) + `"}`, shop.Adjustment{}, "reason", "at most 256"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := shop.DecodeAdjustment([]byte(tt.body))
+			if tt.wantReason == "" {
+				if err != nil || got != tt.want {
+					t.Fatalf("got %+v, %v; want %+v", got, err, tt.want)
+				}
+				return
+			}
+			var fe *shop.FieldError
+			if !errors.As(err, &fe) || fe.Field != tt.wantField || !strings.Contains(fe.Reason, tt.wantReason) {
+				t.Fatalf("err = %v; want field %q reason containing %q", err, tt.wantField, tt.wantReason)
+			}
+		})
+	}
+}
+
+// FuzzDecodeOrder: DecodeOrder never panics; it accepts exactly what re-validates, and
+// every rejection is a *FieldError.
+func FuzzDecodeOrder(f *testing.F) {
+	for _, s := range []string{
+		`{"orderId":"ord-1001","customerId":"cus-4711","lines":[{"sku":"MUG-RED-350","qty":2},{"sku":"TEE-BLK-M","qty":1}]}`,
+		`{"orderId": "ord-4002", "customerId": "cus-0501", "lines": [{"sku": "MUG-RED-350", "qty": 1}`,
+		`{"orderId":"o","lines":[{"sku":"A","qty":0}]}`,
+		`{"orderId":"o","customerId":"c","lines":[{"sku":"A","qty":1},{"sku":"A","qty":1}]}`,
+		`{"orderId":"o","customerId":"c","lines":[{"sku":"A","qty":1e400}]}`,
+		`{"orderId":"\ud800","customerId":"c","lines":null}`,
+		``, `null`, `[]`, `{}`, `{"lines":[[]]}`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		o, err := shop.DecodeOrder(body)
+		if err != nil {
+			var fe *shop.FieldError
+			if !errors.As(err, &fe) || !errors.Is(err, shop.ErrInvalid) {
+				t.Fatalf("error %v (%T) is not a *FieldError", err, err)
+			}
+			return
+		}
+		if err := o.Validate(); err != nil {
+			t.Fatalf("decoded order does not validate: %v", err)
+		}
+		b, _ := json.Marshal(o)
+		again, err := shop.DecodeOrder(b)
+		if err != nil || !reflect.DeepEqual(again, o) {
+			t.Fatalf("round trip: %+v, %v; want %+v", again, err, o)
+		}
+	})
+}
+
+// FuzzDecodeAdjustment: DecodeAdjustment never panics and round-trips what it accepts.
+func FuzzDecodeAdjustment(f *testing.F) {
+	for _, s := range []string{
+		`{"adjustmentId":"adj-20251120-0001","sku":"MUG-RED-350","delta":25,"reason":"restock"}`,
+		`{"adjustmentId":"adj-20251120-0002","delta":"twelve","reason":"cycle count"}`,
+		`{"adjustmentId":"a","sku":"A","delta":-9223372036854775808}`,
+		`{"adjustmentId":"a","sku":"A","delta":1,"reason":null}`,
+		``, `{`, `{"sku":{}}`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		a, err := shop.DecodeAdjustment(body)
+		if err != nil {
+			var fe *shop.FieldError
+			if !errors.As(err, &fe) {
+				t.Fatalf("error %v (%T) is not a *FieldError", err, err)
+			}
+			return
+		}
+		b, _ := json.Marshal(a)
+		again, err := shop.DecodeAdjustment(b)
+		if err != nil || again != a {
+			t.Fatalf("round trip: %+v, %v; want %+v", again, err, a)
+		}
+	})
+}

@@ -1,0 +1,321 @@
+package shop
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"reflect"
+	"strings"
+	"unicode"
+	"unicode/utf8"
+)
+
+// Limits of the messages the service accepts.
+const (
+	MaxIDBytes     = 256     // orderId, customerId, adjustmentId
+	MaxSKUBytes    = 64      // sku
+	MaxLines       = 50      // lines of one order
+	MaxQty         = 10000   // qty of one line
+	MaxDelta       = 1000000 // |delta| of one adjustment
+	MaxReasonBytes = 256     // reason of one adjustment
+	MaxBodyBytes   = 256 << 10
+)
+
+// Line is one line of an order: qty units of one SKU.
+type Line struct {
+	SKU string `json:"sku"`
+	Qty int    `json:"qty"`
+}
+
+// Order is the body of an orders-queue message.
+type Order struct {
+	OrderID    string `json:"orderId"`
+	CustomerID string `json:"customerId"`
+	Lines      []Line `json:"lines"`
+}
+
+// Adjustment is the detail of a StockAdjusted event: delta units added to (or, when
+// negative, removed from) the available stock of one SKU.
+type Adjustment struct {
+	AdjustmentID string `json:"adjustmentId"`
+	SKU          string `json:"sku"`
+	Delta        int    `json:"delta"`
+	Reason       string `json:"reason"`
+}
+
+// ErrInvalid matches every validation error (*FieldError).
+var ErrInvalid = errors.New("shop: invalid input")
+
+// FieldError names the field of a message that is missing or invalid, e.g.
+// "lines[2].qty: must be between 1 and 10000". It matches ErrInvalid.
+type FieldError struct {
+	Field  string // JSON path of the field ("" for the document as a whole)
+	Reason string
+}
+
+func (e *FieldError) Error() string {
+	if e.Field == "" {
+		return e.Reason
+	}
+	return e.Field + ": " + e.Reason
+}
+
+// Is makes errors.Is(err, ErrInvalid) true.
+func (e *FieldError) Is(target error) bool { return target == ErrInvalid }
+
+func fieldErr(field, format string, args ...any) *FieldError {
+	return &FieldError{Field: field, Reason: fmt.Sprintf(format, args...)}
+}
+
+// DecodeOrder parses and validates an orders-queue message body.
+//
+// The decoding is strict: the body must be one JSON object (nothing after it), unknown
+// fields are rejected (a misspelt "quantity" must not silently become qty 0), and every
+// field is required and checked:
+//
+//   - orderId, customerId: 1..256 bytes of UTF-8 without control characters;
+//   - lines: 1..50 entries; each sku 1..64 characters of [A-Za-z0-9._-] and appearing at
+//     most once per order (a repeated SKU is rejected, not merged, so that the sender's
+//     mistake is visible); each qty an integer 1..10000.
+//
+// Every error is a *FieldError naming the field (matching ErrInvalid).
+func DecodeOrder(body []byte) (Order, error) {
+	var raw struct {
+		OrderID    *string           `json:"orderId"`
+		CustomerID *string           `json:"customerId"`
+		Lines      []json.RawMessage `json:"lines"`
+	}
+	if err := strictUnmarshal(body, &raw); err != nil {
+		return Order{}, err
+	}
+	var o Order
+	var err error
+	if o.OrderID, err = checkID("orderId", raw.OrderID); err != nil {
+		return Order{}, err
+	}
+	if o.CustomerID, err = checkID("customerId", raw.CustomerID); err != nil {
+		return Order{}, err
+	}
+	switch {
+	case raw.Lines == nil:
+		return Order{}, fieldErr("lines", "is required")
+	case len(raw.Lines) == 0:
+		return Order{}, fieldErr("lines", "must hold at least one line")
+	case len(raw.Lines) > MaxLines:
+		return Order{}, fieldErr("lines", "holds %d lines; at most %d are allowed", len(raw.Lines), MaxLines)
+	}
+	seen := make(map[string]int, len(raw.Lines))
+	o.Lines = make([]Line, 0, len(raw.Lines))
+	for i, rl := range raw.Lines {
+		prefix := fmt.Sprintf("lines[%d]", i)
+		var l struct {
+			SKU *string `json:"sku"`
+			Qty *int    `json:"qty"`
+		}
+		if err := strictUnmarshalAt(prefix, rl, &l); err != nil {
+			return Order{}, err
+		}
+		sku, err := checkSKU(prefix+".sku", l.SKU)
+		if err != nil {
+			return Order{}, err
+		}
+		if j, dup := seen[sku]; dup {
+			return Order{}, fieldErr(prefix+".sku", "%q repeats lines[%d]; list each SKU once", sku, j)
+		}
+		seen[sku] = i
+		switch {
+		case l.Qty == nil:
+			return Order{}, fieldErr(prefix+".qty", "is required")
+		case *l.Qty < 1 || *l.Qty > MaxQty:
+			return Order{}, fieldErr(prefix+".qty", "must be between 1 and %d, got %d", MaxQty, *l.Qty)
+		}
+		o.Lines = append(o.Lines, Line{SKU: sku, Qty: *l.Qty})
+	}
+	return o, nil
+}
+
+// DecodeAdjustment parses and validates the detail of a StockAdjusted event, as strictly
+// as DecodeOrder: adjustmentId (1..256 bytes), sku (as in orders) and delta (a non-zero
+// integer with |delta| <= 1000000) are required; reason is optional (at most 256 bytes,
+// no control characters). Unknown fields are rejected.
+func DecodeAdjustment(detail []byte) (Adjustment, error) {
+	var raw struct {
+		AdjustmentID *string `json:"adjustmentId"`
+		SKU          *string `json:"sku"`
+		Delta        *int    `json:"delta"`
+		Reason       *string `json:"reason"`
+	}
+	if err := strictUnmarshal(detail, &raw); err != nil {
+		return Adjustment{}, err
+	}
+	var a Adjustment
+	var err error
+	if a.AdjustmentID, err = checkID("adjustmentId", raw.AdjustmentID); err != nil {
+		return Adjustment{}, err
+	}
+	if a.SKU, err = checkSKU("sku", raw.SKU); err != nil {
+		return Adjustment{}, err
+	}
+	switch {
+	case raw.Delta == nil:
+		return Adjustment{}, fieldErr("delta", "is required")
+	case *raw.Delta == 0:
+		return Adjustment{}, fieldErr("delta", "must not be 0")
+	case *raw.Delta > MaxDelta || *raw.Delta < -MaxDelta:
+		return Adjustment{}, fieldErr("delta", "must be between -%d and %d, got %d", MaxDelta, MaxDelta, *raw.Delta)
+	}
+	a.Delta = *raw.Delta
+	if raw.Reason != nil {
+		r := *raw.Reason
+		if err := checkText("reason", r, MaxReasonBytes); err != nil {
+			return Adjustment{}, err
+		}
+		a.Reason = r
+	}
+	return a, nil
+}
+
+// Validate checks an order built in code against the rules of DecodeOrder.
+func (o Order) Validate() error {
+	b, err := json.Marshal(o)
+	if err != nil {
+		return fieldErr("", "cannot encode order: %v", err)
+	}
+	_, err = DecodeOrder(b)
+	return err
+}
+
+// Validate checks an adjustment built in code against the rules of DecodeAdjustment.
+func (a Adjustment) Validate() error {
+	b, err := json.Marshal(a)
+	if err != nil {
+		return fieldErr("", "cannot encode adjustment: %v", err)
+	}
+	_, err = DecodeAdjustment(b)
+	return err
+}
+
+func strictUnmarshal(b []byte, v any) error { return strictUnmarshalAt("", b, v) }
+
+// strictUnmarshalAt decodes one JSON object into v, rejecting unknown fields and trailing
+// data, and turns decoder errors into FieldErrors under prefix.
+func strictUnmarshalAt(prefix string, b []byte, v any) error {
+	if len(b) > MaxBodyBytes {
+		return fieldErr(prefix, "is %d bytes; at most %d are accepted", len(b), MaxBodyBytes)
+	}
+	trimmed := bytes.TrimSpace(b)
+	if len(trimmed) == 0 {
+		return fieldErr(prefix, "is empty; want a JSON object")
+	}
+	if trimmed[0] != '{' {
+		return fieldErr(prefix, "must be a JSON object")
+	}
+	dec := json.NewDecoder(bytes.NewReader(trimmed))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return jsonFieldErr(prefix, err)
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return fieldErr(prefix, "unexpected data after the JSON object")
+	}
+	return nil
+}
+
+func join(prefix, field string) string {
+	switch {
+	case prefix == "":
+		return field
+	case field == "":
+		return prefix
+	}
+	return prefix + "." + field
+}
+
+func jsonFieldErr(prefix string, err error) error {
+	var te *json.UnmarshalTypeError
+	var se *json.SyntaxError
+	switch {
+	case errors.As(err, &te):
+		return fieldErr(join(prefix, te.Field), "must be %s, got %s", describeKind(te.Type.Kind()), te.Value)
+	case errors.As(err, &se):
+		return fieldErr(prefix, "malformed JSON at byte %d: %v", se.Offset, se)
+	case errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF):
+		return fieldErr(prefix, "truncated JSON")
+	}
+	msg := err.Error()
+	if f, ok := strings.CutPrefix(msg, "json: unknown field "); ok {
+		return fieldErr(join(prefix, strings.Trim(f, `"`)), "unknown field")
+	}
+	return fieldErr(prefix, "invalid JSON: %s", strings.TrimPrefix(msg, "json: "))
+}
+
+func describeKind(k reflect.Kind) string {
+	switch k {
+	case reflect.String:
+		return "a string"
+	case reflect.Int, reflect.Int64, reflect.Int32:
+		return "an integer in range"
+	case reflect.Slice:
+		return "an array"
+	case reflect.Struct, reflect.Map:
+		return "an object"
+	}
+	return "a " + k.String()
+}
+
+func checkID(field string, v *string) (string, error) {
+	if v == nil {
+		return "", fieldErr(field, "is required")
+	}
+	if *v == "" {
+		return "", fieldErr(field, "must not be empty")
+	}
+	if err := checkText(field, *v, MaxIDBytes); err != nil {
+		return "", err
+	}
+	return *v, nil
+}
+
+func checkText(field, v string, maxBytes int) error {
+	if len(v) > maxBytes {
+		return fieldErr(field, "is %d bytes; at most %d are allowed", len(v), maxBytes)
+	}
+	if !utf8.ValidString(v) {
+		return fieldErr(field, "must be valid UTF-8")
+	}
+	for _, r := range v {
+		if unicode.IsControl(r) {
+			return fieldErr(field, "must not contain control characters")
+		}
+	}
+	return nil
+}
+
+func checkSKU(field string, v *string) (string, error) {
+	if v == nil {
+		return "", fieldErr(field, "is required")
+	}
+	if err := ValidSKU(*v); err != nil {
+		return "", fieldErr(field, "%s", err.Error())
+	}
+	return *v, nil
+}
+
+// ValidSKU reports whether sku is 1..64 characters of [A-Za-z0-9._-].
+func ValidSKU(sku string) error {
+	if sku == "" {
+		return errors.New("must not be empty")
+	}
+	if len(sku) > MaxSKUBytes {
+		return fmt.Errorf("is %d bytes; at most %d are allowed", len(sku), MaxSKUBytes)
+	}
+	for i := 0; i < len(sku); i++ {
+		c := sku[i]
+		if !(c >= 'A' && c <= 'Z' || c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-') {
+			return fmt.Errorf("%q: only letters, digits, '.', '_' and '-' are allowed", sku)
+		}
+	}
+	return nil
+}

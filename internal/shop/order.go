@@ -1,0 +1,267 @@
+package shop
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/expression"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/turnstile-locks/turnstile/lockcore"
+)
+
+// ProcessOrder reserves stock for every line of o, all or nothing, and is idempotent:
+//
+//  1. It locks the order item (a locking read on the orders table, creating the item if
+//     absent). An order already RESERVED or REJECTED is released untouched and reported
+//     with Duplicate set. A new order is stored as PENDING with its customer and lines
+//     (the first version of an order id seen wins), so that the janitor can re-drive it
+//     should this holder die.
+//  2. It locks every SKU of the order with Mutex.AcquireAll on "sku#<sku>" (canonical
+//     order, so overlapping orders never deadlock). Each SKU lease carries the order id
+//     as its data, so a lease found abandoned names its order.
+//  3. It reads the stock records (strongly consistent). If any line lacks stock, the
+//     order becomes REJECTED with a reason naming the SKUs; otherwise RESERVED.
+//  4. One TransactWriteItems writes the decision: the order item (status, lock removed,
+//     conditioned on the order lease), for a reservation an update of every stock record
+//     (available -= qty, reserved += qty, conditioned on available >= qty and on the SKU
+//     lease's fencing token), and a GuardCheck of every SKU lease. A holder that lost any
+//     lease writes nothing.
+//  5. It releases the SKU locks. Heartbeats stop before it returns.
+//
+// Locks are waited for at most the wait budget (see WithWaitBudget); contention returns
+// an error matching ErrBusy and a lost lease one matching lockcore.ErrLeaseLost — in both
+// cases nothing was decided and the order can be retried. An invalid order returns a
+// *FieldError.
+func (s *Service) ProcessOrder(ctx context.Context, o Order) (Outcome, error) {
+	if err := o.Validate(); err != nil {
+		return Outcome{}, err
+	}
+	if s.t.Inventory == "" || s.t.Orders == "" {
+		return Outcome{}, errors.New("shop: ProcessOrder needs the orders and inventory tables")
+	}
+	out := Outcome{OrderID: o.OrderID}
+	lease, wait, err := s.budget(ctx)
+	if err != nil {
+		return out, err
+	}
+	il, mu, err := s.lockers(lease)
+	if err != nil {
+		return out, err
+	}
+	start := s.now()
+	waitUntil := start.Add(wait)
+
+	// 1. The order.
+	orderCtx, stopOrderHB := context.WithCancel(ctx)
+	defer stopOrderHB()
+	ol, err := il.Acquire(orderCtx, orderKey(o.OrderID), lockcore.Wait(waitPolicy(wait)))
+	if err != nil {
+		if errors.Is(err, lockcore.ErrLockHeld) {
+			s.count(ctx, MetricContention)
+			return out, busy("order "+o.OrderID, err)
+		}
+		return out, fmt.Errorf("shop: lock order %s: %w", o.OrderID, err)
+	}
+	rec := parseOrder(o.OrderID, ol.Item())
+	if rec.Status.Final() {
+		s.release(ctx, "order "+o.OrderID, ol.Lease)
+		s.count(ctx, MetricOrdersDuplicate)
+		out.Status, out.Duplicate, out.Reason = rec.Status, true, rec.Reason
+		return out, nil
+	}
+	order := o
+	if len(rec.Lines) > 0 {
+		// Seen before by a holder that did not finish: the stored version wins.
+		if rec.CustomerID != o.CustomerID || !slices.Equal(rec.Lines, o.Lines) {
+			s.log.WarnContext(ctx, "order redelivered with different content; keeping the first version",
+				"orderId", o.OrderID)
+		}
+		order.CustomerID, order.Lines = rec.CustomerID, rec.Lines
+	} else {
+		now := s.now().UnixMilli()
+		upd := expression.Set(name(attrCustomerID), value(o.CustomerID)).
+			Set(name(attrLines), value(linesList(o.Lines))).
+			Set(name(attrStatus), value(string(StatusPending))).
+			Set(name(attrCreatedAt), value(now)).
+			Set(name(attrUpdatedAt), value(now))
+		if _, err := il.Update(ctx, ol, upd, nil); err != nil {
+			s.release(ctx, "order "+o.OrderID, ol.Lease)
+			return out, s.writeErr(ctx, "order "+o.OrderID+": store as pending", err)
+		}
+	}
+	if err := s.crashAt(CrashOrderLocked); err != nil {
+		return out, err // a dead holder: no release; the deferred cancel stops the heartbeat
+	}
+
+	// 2. The SKUs.
+	keys := make([]string, len(order.Lines))
+	for i, l := range order.Lines {
+		keys[i] = SKULockKey(l.SKU)
+	}
+	skuCtx, stopSKUHB := context.WithCancel(ctx)
+	defer stopSKUHB()
+	ml, err := mu.AcquireAll(skuCtx, keys, lockcore.Wait(waitPolicy(waitUntil.Sub(s.now()))),
+		lockcore.Data([]byte(o.OrderID)))
+	if err != nil {
+		s.release(ctx, "order "+o.OrderID, ol.Lease)
+		if errors.Is(err, lockcore.ErrLockHeld) {
+			s.count(ctx, MetricContention)
+			return out, busy("order "+o.OrderID, err)
+		}
+		return out, fmt.Errorf("shop: order %s: lock stock: %w", o.OrderID, err)
+	}
+	locked := s.now()
+	s.millis(ctx, MetricLockWait, locked.Sub(start))
+	releaseAll := func() {
+		s.release(ctx, "stock of order "+o.OrderID, ml)
+		s.release(ctx, "order "+o.OrderID, ol.Lease)
+	}
+
+	// 3. The stock.
+	var short []string
+	for _, l := range order.Lines {
+		st, err := s.readStock(ctx, l.SKU)
+		if err != nil {
+			releaseAll()
+			return out, err
+		}
+		if st.available < int64(l.Qty) {
+			short = append(short, fmt.Sprintf("%s (requested %d, available %d)", l.SKU, l.Qty, st.available))
+		}
+	}
+	if err := s.crashAt(CrashStockLocked); err != nil {
+		return out, err
+	}
+
+	// 4. The decision, in one transaction.
+	status, reason := StatusReserved, ""
+	if len(short) > 0 {
+		status, reason = StatusRejected, "insufficient stock: "+strings.Join(short, "; ")
+	}
+	items := []types.TransactWriteItem{s.finalOrderItem(ol, order, status, reason)}
+	if status == StatusReserved {
+		for _, l := range order.Lines {
+			items = append(items, s.reserveItem(l, ml.Token(SKULockKey(l.SKU))))
+		}
+	}
+	// Guard every SKU lease. Past 49 lines the transaction has no room for all of them;
+	// the stock updates' fence conditions then stand in for the missing guards.
+	for _, l := range ml.Leases() {
+		if len(items) == maxTransactItems {
+			break
+		}
+		items = append(items, mu.GuardCheck(l))
+	}
+	stopOrderHB() // the transaction unlocks the order: its heartbeat must not race it
+	res, err := s.transact(ctx, items)
+	if err != nil && res.failed == 0 && s.landed(ctx, o.OrderID, ol, status) {
+		err = nil // an earlier, ambiguous attempt of ours wrote it
+	}
+	if err != nil {
+		releaseAll()
+		if res.failed >= 0 {
+			s.count(ctx, MetricLeaseLost)
+			return out, fmt.Errorf("shop: order %s: a lease was lost before the decision was written (%w): %w",
+				o.OrderID, lockcore.ErrLeaseLost, err)
+		}
+		return out, fmt.Errorf("shop: order %s: %w", o.OrderID, err)
+	}
+
+	// 5. Done.
+	s.release(ctx, "stock of order "+o.OrderID, ml)
+	s.millis(ctx, MetricLockHold, s.now().Sub(locked))
+	if status == StatusReserved {
+		s.count(ctx, MetricOrdersReserved)
+	} else {
+		s.count(ctx, MetricOrdersRejected)
+	}
+	out.Status, out.Reason = status, reason
+	return out, nil
+}
+
+func linesList(lines []Line) []map[string]any {
+	l := make([]map[string]any, len(lines))
+	for i, ln := range lines {
+		l[i] = map[string]any{attrSKU: ln.SKU, attrQty: ln.Qty}
+	}
+	return l
+}
+
+// finalOrderItem writes the order's decision and unlocks it, conditioned on the lease.
+func (s *Service) finalOrderItem(ol *lockcore.ItemLease, o Order, st Status, reason string) types.TransactWriteItem {
+	a := lockcore.DefaultItemAttributes
+	now := s.now().UnixMilli()
+	cond := expression.And(
+		name(a.LockedBy).Equal(value(ol.ID())),
+		name(a.Owner).Equal(value(ol.Owner())))
+	upd := expression.Set(name(attrStatus), value(string(st))).
+		Set(name(attrCustomerID), value(o.CustomerID)).
+		Set(name(attrLines), value(linesList(o.Lines))).
+		Set(name(attrUpdatedAt), value(now)).
+		Set(name(attrCreatedAt), expression.IfNotExists(name(attrCreatedAt), value(now))).
+		Remove(name(a.LockedBy)).Remove(name(a.Owner)).Remove(name(a.Until)).Remove(name(a.LockTime))
+	if reason != "" {
+		upd = upd.Set(name(attrReason), value(reason))
+	} else {
+		upd = upd.Remove(name(attrReason))
+	}
+	return buildUpdate(s.t.Orders, orderKey(o.OrderID), upd, &cond)
+}
+
+// reserveItem moves qty units of a SKU from available to reserved, conditioned on enough
+// being available and on the SKU lock's fencing token.
+func (s *Service) reserveItem(l Line, token lockcore.Fence) types.TransactWriteItem {
+	cond := expression.And(
+		name(attrAvailable).GreaterThanEqual(value(l.Qty)),
+		lockcore.FenceCondition(attrFence, token))
+	upd := expression.Set(name(attrAvailable), expression.Minus(name(attrAvailable), value(l.Qty))).
+		Set(name(attrReserved), expression.Plus(expression.IfNotExists(name(attrReserved), value(0)), value(l.Qty)))
+	upd = lockcore.FenceUpdate(upd, attrFence, token)
+	return buildUpdate(s.t.Inventory, stockKey(l.SKU), upd, &cond)
+}
+
+// landed reports whether the order item shows the decision written by this lease: after
+// an ambiguous attempt the retry's condition fails because the first attempt unlocked
+// the item.
+func (s *Service) landed(ctx context.Context, orderID string, ol *lockcore.ItemLease, st Status) bool {
+	rctx, cancel := cleanupCtx(ctx)
+	defer cancel()
+	got, err := s.db.GetItem(rctx, &dynamodb.GetItemInput{
+		TableName: aws.String(s.t.Orders), Key: orderKey(orderID), ConsistentRead: aws.Bool(true),
+	})
+	if err != nil || got.Item == nil {
+		return false
+	}
+	it := got.Item
+	a := lockcore.DefaultItemAttributes
+	fence, _ := getN(it, a.Fence)
+	return getS(it, attrStatus) == string(st) && getS(it, a.LockedBy) == "" && lockcore.Fence(fence) == ol.Token()
+}
+
+// releaser is a *lockcore.Lease or *lockcore.MultiLease.
+type releaser interface {
+	Release(ctx context.Context) error
+}
+
+// release gives a lease up (best effort, even after ctx ended) and logs a failure.
+func (s *Service) release(ctx context.Context, what string, l releaser) {
+	rctx, cancel := cleanupCtx(ctx)
+	defer cancel()
+	if err := l.Release(rctx); err != nil {
+		s.log.WarnContext(ctx, "release failed", "lock", what, "error", err)
+	}
+}
+
+// writeErr classifies a failed guarded write.
+func (s *Service) writeErr(ctx context.Context, what string, err error) error {
+	if errors.Is(err, lockcore.ErrLeaseLost) {
+		s.count(ctx, MetricLeaseLost)
+	}
+	return fmt.Errorf("shop: %s: %w", what, err)
+}

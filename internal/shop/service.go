@@ -1,0 +1,394 @@
+package shop
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/turnstile-locks/turnstile/internal/emf"
+	"github.com/turnstile-locks/turnstile/lockcore"
+)
+
+// Status is the state of an order item.
+type Status string
+
+// Order states. RESERVED and REJECTED are final: an order reaches exactly one of them,
+// exactly once. PENDING means the order was seen (its lines are stored) but not yet
+// decided — a holder died or gave up on contention.
+const (
+	StatusPending  Status = "PENDING"
+	StatusReserved Status = "RESERVED"
+	StatusRejected Status = "REJECTED"
+)
+
+// Final reports whether s is RESERVED or REJECTED.
+func (s Status) Final() bool { return s == StatusReserved || s == StatusRejected }
+
+// Outcome is what ProcessOrder did with an order.
+type Outcome struct {
+	OrderID   string
+	Status    Status // RESERVED or REJECTED
+	Duplicate bool   // the order was already final: nothing changed
+	Reason    string // why it was rejected (empty when reserved)
+}
+
+// Errors of the service. Every error matching ErrBusy or lockcore.ErrLeaseLost is
+// transient: nothing was written, retry later (SQS: report the message in
+// batchItemFailures).
+var (
+	// ErrBusy means a lock the operation needs was held by someone else for longer than
+	// the wait budget, or too little time was left before the context's deadline.
+	ErrBusy = errors.New("shop: busy: lock contended, retry later")
+	// ErrInsufficientStock means an adjustment would make the available stock negative.
+	ErrInsufficientStock = errors.New("shop: insufficient stock")
+)
+
+// Crash points of WithCrashHook.
+const (
+	// CrashOrderLocked: the order item is locked (and PENDING with its lines), no SKU
+	// lock is taken yet.
+	CrashOrderLocked = "order-locked"
+	// CrashStockLocked: the order and every SKU of it are locked and the stock was read;
+	// the reservation transaction has not been sent.
+	CrashStockLocked = "stock-locked"
+	// CrashAdjustmentLocked: ApplyAdjustment holds the SKU lock; nothing is written yet.
+	CrashAdjustmentLocked = "adjustment-locked"
+)
+
+// Tables names the application's tables (template.yaml: LockTable, OrdersTable,
+// InventoryTable).
+type Tables struct {
+	Locks, Orders, Inventory string
+}
+
+// MetricsSink receives the service's metrics; *emf.Logger satisfies it.
+type MetricsSink interface {
+	PutMetric(name string, value float64, unit emf.Unit)
+}
+
+// Metric names.
+const (
+	MetricLockWait             = "LockWait"       // ms from the first lock attempt to holding every lock
+	MetricLockHold             = "LockHold"       // ms the SKU locks were held
+	MetricContention           = "LockContention" // operations given up on a held lock (ErrBusy)
+	MetricLeaseLost            = "LeaseLost"      // writes refused because a lease was lost
+	MetricOrdersReserved       = "OrdersReserved"
+	MetricOrdersRejected       = "OrdersRejected"
+	MetricOrdersDuplicate      = "OrdersDuplicate"
+	MetricAdjustmentsApplied   = "AdjustmentsApplied"
+	MetricAdjustmentsDuplicate = "AdjustmentsDuplicate"
+	MetricAdjustmentsRejected  = "AdjustmentsRejected"
+)
+
+type metricsKey struct{}
+
+// ContextWithMetrics returns a context whose operations report their metrics to m
+// instead of the service's sink (a per-invocation EMF logger, say).
+func ContextWithMetrics(ctx context.Context, m MetricsSink) context.Context {
+	return context.WithValue(ctx, metricsKey{}, m)
+}
+
+// Defaults of the service.
+const (
+	DefaultLease        = 10 * time.Second
+	DefaultWaitBudget   = time.Second
+	DefaultTakeoverSkew = 2 * time.Second
+	// MinRemaining is the least time before the context's deadline an operation needs
+	// to start; with less it fails with ErrBusy at once.
+	MinRemaining = 500 * time.Millisecond
+	// AdjustmentMarkerRetention is how long an ADJ#<id> marker (and so the idempotency
+	// of its adjustment) is kept before TTL removes it.
+	AdjustmentMarkerRetention = 30 * 24 * time.Hour
+)
+
+// Service reserves stock for orders and applies stock adjustments under turnstile locks.
+// It is safe for concurrent use.
+type Service struct {
+	db       lockcore.DynamoDB
+	t        Tables
+	owner    string
+	lease    time.Duration
+	wait     time.Duration
+	skew     time.Duration
+	clock    lockcore.Clock
+	metrics  MetricsSink
+	log      *slog.Logger
+	crash    func(point string) error
+	lockOpts []lockcore.Option
+}
+
+// Option configures a Service.
+type Option func(*Service) error
+
+// WithOwner names this client in lock rows. Every process (Lambda execution environment)
+// needs its own name; the default is "shop-<hostname>-<random>".
+func WithOwner(owner string) Option {
+	return func(s *Service) error {
+		if owner == "" {
+			return errors.New("shop: owner must not be empty")
+		}
+		s.owner = owner
+		return nil
+	}
+}
+
+// WithLease sets the longest lease an operation takes (default 10s). Each operation
+// shortens it to the time left before its context's deadline (the Lambda invocation's),
+// but never below min(lease, 3s), so a holder that dies with its invocation frees its
+// locks soon. Heartbeats renew leases at half their length while an operation runs.
+func WithLease(d time.Duration) Option {
+	return func(s *Service) error {
+		if d <= 0 {
+			return fmt.Errorf("shop: lease must be positive, got %s", d)
+		}
+		s.lease = d
+		return nil
+	}
+}
+
+// WithWaitBudget sets how long an operation waits for held locks in total before giving
+// up with ErrBusy (default 1s; 0 = do not wait). It is also capped at a quarter of the
+// time left before the context's deadline: inside Lambda, contention is answered by
+// retrying the message later, not by sleeping.
+func WithWaitBudget(d time.Duration) Option {
+	return func(s *Service) error {
+		if d < 0 {
+			return fmt.Errorf("shop: wait budget must not be negative, got %s", d)
+		}
+		s.wait = d
+		return nil
+	}
+}
+
+// WithTakeoverSkew sets the clock-skew allowance of lease takeover (default 2s). Locks
+// are taken over by wall clock (lockcore.WallClockTakeover): a lease whose recorded end
+// lies more than skew in the past may be taken. Lambda invocations are short and do not
+// wait long, so the observation-based takeover (which needs one waiter to watch a lease
+// for its full length) would never free a dead holder's lock.
+func WithTakeoverSkew(d time.Duration) Option {
+	return func(s *Service) error {
+		if d < 0 {
+			return fmt.Errorf("shop: takeover skew must not be negative, got %s", d)
+		}
+		s.skew = d
+		return nil
+	}
+}
+
+// WithClock replaces the clock of the service and its locks.
+func WithClock(c lockcore.Clock) Option {
+	return func(s *Service) error {
+		if c == nil {
+			return errors.New("shop: clock must not be nil")
+		}
+		s.clock = c
+		return nil
+	}
+}
+
+// WithMetrics sets the default metrics sink (see ContextWithMetrics for a per-call one).
+func WithMetrics(m MetricsSink) Option {
+	return func(s *Service) error { s.metrics = m; return nil }
+}
+
+// WithLogger sets the logger (default slog.Default()).
+func WithLogger(l *slog.Logger) Option {
+	return func(s *Service) error {
+		if l == nil {
+			return errors.New("shop: logger must not be nil")
+		}
+		s.log = l
+		return nil
+	}
+}
+
+// WithCrashHook installs a fault-injection hook for demos and chaos tests. The service
+// calls it at the named points (CrashOrderLocked, CrashStockLocked,
+// CrashAdjustmentLocked); when it returns an error the operation returns that error at
+// once, like a holder that died: it releases no lock and writes nothing more, and the
+// heartbeats of its leases stop, so the leases expire and are taken over (or removed by
+// TTL and reported by the janitor).
+func WithCrashHook(hook func(point string) error) Option {
+	return func(s *Service) error { s.crash = hook; return nil }
+}
+
+// WithLockOptions passes extra options to the service's lockcore clients (after the
+// service's own, so they win): WithTTLGrace, WithBackoff, WithMinLease, ...
+func WithLockOptions(opts ...lockcore.Option) Option {
+	return func(s *Service) error { s.lockOpts = append(s.lockOpts, opts...); return nil }
+}
+
+// NewService returns a Service on the given tables. Locks is required; Orders and
+// Inventory only by the operations that use them (the inventory updater has no orders
+// table, the janitor no inventory).
+func NewService(db lockcore.DynamoDB, t Tables, opts ...Option) (*Service, error) {
+	if db == nil {
+		return nil, errors.New("shop: db must not be nil")
+	}
+	if t.Locks == "" {
+		return nil, fmt.Errorf("shop: tables: Locks must be set, got %+v", t)
+	}
+	s := &Service{
+		db: db, t: t, lease: DefaultLease, wait: DefaultWaitBudget, skew: DefaultTakeoverSkew,
+		clock: lockcore.SystemClock, log: slog.Default(),
+	}
+	for _, o := range opts {
+		if o == nil {
+			continue
+		}
+		if err := o(s); err != nil {
+			return nil, err
+		}
+	}
+	if s.owner == "" {
+		host, _ := os.Hostname()
+		if host == "" {
+			host = "host"
+		}
+		s.owner = "shop-" + host + "-" + randomHex(4)
+	}
+	// Validate the lock options once, with the longest lease.
+	if _, _, err := s.lockers(s.lease); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// Tables returns the service's tables.
+func (s *Service) Tables() Tables { return s.t }
+
+// Owner returns the owner name the service's locks carry.
+func (s *Service) Owner() string { return s.owner }
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+func (s *Service) now() time.Time { return s.clock.Now() }
+
+func (s *Service) sink(ctx context.Context) MetricsSink {
+	if m, ok := ctx.Value(metricsKey{}).(MetricsSink); ok && m != nil {
+		return m
+	}
+	return s.metrics
+}
+
+func (s *Service) count(ctx context.Context, name string) {
+	if m := s.sink(ctx); m != nil {
+		m.PutMetric(name, 1, emf.Count)
+	}
+}
+
+func (s *Service) millis(ctx context.Context, name string, d time.Duration) {
+	if m := s.sink(ctx); m != nil {
+		m.PutMetric(name, float64(d.Microseconds())/1000, emf.Milliseconds)
+	}
+}
+
+// budget derives the lease and the wait budget of one operation from the context's
+// deadline.
+func (s *Service) budget(ctx context.Context) (lease, wait time.Duration, err error) {
+	lease, wait = s.lease, s.wait
+	if dl, ok := ctx.Deadline(); ok {
+		rem := time.Until(dl)
+		if rem < MinRemaining {
+			return 0, 0, fmt.Errorf("%w: only %s left before the deadline", ErrBusy, rem.Round(time.Millisecond))
+		}
+		floor := min(s.lease, 3*time.Second)
+		lease = max(floor, min(lease, rem)).Truncate(time.Millisecond)
+		wait = min(wait, rem/4)
+	}
+	return lease, wait, nil
+}
+
+func waitPolicy(d time.Duration) lockcore.WaitPolicy {
+	if d <= 0 {
+		return lockcore.NoWait()
+	}
+	return lockcore.WaitUpTo(d)
+}
+
+// lockers returns the order item locker and the SKU mutex for one lease length.
+func (s *Service) lockers(lease time.Duration) (*lockcore.ItemLocker, *lockcore.Mutex, error) {
+	opts := append([]lockcore.Option{
+		lockcore.WithOwner(s.owner),
+		lockcore.WithLease(lease),
+		lockcore.WithMinLease(min(lease, lockcore.DefaultMinLease)),
+		lockcore.WithClock(s.clock),
+		lockcore.WithTakeover(lockcore.WallClockTakeover(s.skew)),
+		lockcore.WithBackoff(10*time.Millisecond, 250*time.Millisecond),
+	}, s.lockOpts...)
+	var il *lockcore.ItemLocker
+	if s.t.Orders != "" {
+		var err error
+		if il, err = lockcore.NewItemLocker(s.db, s.t.Orders, opts); err != nil {
+			return nil, nil, fmt.Errorf("shop: %w", err)
+		}
+	}
+	mu, err := lockcore.NewMutex(s.db, s.t.Locks, opts...)
+	if err != nil {
+		return nil, nil, fmt.Errorf("shop: %w", err)
+	}
+	return il, mu, nil
+}
+
+// crashAt runs the crash hook; a non-nil result means "die here".
+func (s *Service) crashAt(point string) error {
+	if s.crash == nil {
+		return nil
+	}
+	if err := s.crash(point); err != nil {
+		return fmt.Errorf("shop: crashed at %s: %w", point, err)
+	}
+	return nil
+}
+
+// cleanupCtx is a context for releasing locks after the caller's context ended.
+func cleanupCtx(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+}
+
+// busy wraps a lock error as ErrBusy.
+func busy(what string, err error) error {
+	return fmt.Errorf("%w: %s: %w", ErrBusy, what, err)
+}
+
+// txReasons returns the cancellation reason codes of a failed transaction (nil if err is
+// not a TransactionCanceledException).
+func txReasons(err error) []string {
+	var tce *types.TransactionCanceledException
+	if !errors.As(err, &tce) {
+		return nil
+	}
+	codes := make([]string, len(tce.CancellationReasons))
+	for i, r := range tce.CancellationReasons {
+		if r.Code != nil {
+			codes[i] = *r.Code
+		}
+	}
+	return codes
+}
+
+// NewOwner returns a fresh owner name "<prefix>-<random>" for one process (a Lambda
+// execution environment): lock owners must differ between processes.
+func NewOwner(prefix string) string {
+	if prefix == "" {
+		prefix = "shop"
+	}
+	return prefix + "-" + randomHex(6)
+}
+
+// TablesFromEnv reads the table names from LOCK_TABLE, ORDERS_TABLE and INVENTORY_TABLE
+// (the functions' environment in template.yaml).
+func TablesFromEnv() Tables {
+	return Tables{Locks: os.Getenv("LOCK_TABLE"), Orders: os.Getenv("ORDERS_TABLE"), Inventory: os.Getenv("INVENTORY_TABLE")}
+}
