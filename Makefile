@@ -40,12 +40,67 @@ $(STATICCHECK):
 	@mv $(BIN_DIR)/staticcheck $@
 
 .PHONY: test
-test: lint engine-deps ## Lint, then run all tests with -race (each test binary starts its engine unless DYNAMODB_ENDPOINT is set).
+test: lint engine-deps sam-validate sam-build ## Lint, SAM validate/build, all tests with -race, then a short fuzz smoke run.
 	$(GO) test $(TEST_FLAGS) $(PKGS)
+	@$(MAKE) fuzz FUZZTIME=$(FUZZ_SMOKE_TIME)
 
 .PHONY: demo
 demo: ## Run the demo against a fresh local engine (or DYNAMODB_ENDPOINT).
 	$(GO) run ./cmd/demo
+
+# ---------------------------------------------------------------------------------------------
+# Benchmark (issue #6): cmd/bench writes bench/results.json, bench/RESULTS.md, bench/chart.svg.
+#   make bench                        full run (20 s per hot-key run, about 15 minutes)
+#   make bench QUICK=1                short runs, under 3 minutes
+#   make bench DURATION=10s WORKERS=16 RTT=5ms STRATEGIES=mutex,queue
+# ---------------------------------------------------------------------------------------------
+DURATION   ?=
+WORKERS    ?= 4,16
+RTT        ?= 0,5ms
+STRATEGIES ?= all
+QUICK      ?=
+BENCH_ARGS  = -workers '$(WORKERS)' -rtt '$(RTT)' -strategies '$(STRATEGIES)' \
+              $(if $(DURATION),-duration '$(DURATION)') $(if $(filter-out 0,$(QUICK)),-quick)
+BENCH_CMD   = make bench$(if $(filter-out 0,$(QUICK)), QUICK=$(QUICK))$(if $(DURATION), DURATION=$(DURATION))$(if \
+              $(filter-out 4$(comma)16,$(WORKERS)), WORKERS=$(WORKERS))$(if $(filter-out 0$(comma)5ms,$(RTT)), RTT=$(RTT))$(if \
+              $(filter-out all,$(STRATEGIES)), STRATEGIES=$(STRATEGIES))
+comma      := ,
+
+.PHONY: bench
+bench: engine-deps ## Benchmark the lock strategies (QUICK=1, DURATION, WORKERS, RTT, STRATEGIES); writes bench/.
+	$(GO) run ./cmd/bench $(BENCH_ARGS) -command '$(BENCH_CMD)'
+
+# ---------------------------------------------------------------------------------------------
+# Reliability (issue #7): chaos run and fuzzing.
+#   make chaos                                   10 minutes, all fault kinds, crashes, pauses, skew
+#   make chaos DURATION=2m WORKERS=2 SEED=42 FAULTS='none,throttling=0.05' CHAOS_FLAGS='-skew=false'
+#   make fuzz FUZZTIME=2m                        every fuzz target of the module, FUZZTIME each
+# DURATION and WORKERS are shared with the benchmark, which defines them above; chaos has its own
+# defaults (10m, 3 per strategy) unless they are given on the command line or in the environment.
+# ---------------------------------------------------------------------------------------------
+SEED        ?= 0
+FAULTS      ?= all
+CHAOS_FLAGS ?=
+FUZZTIME    ?= 1m
+FUZZ_SMOKE_TIME ?= 3s
+CHAOS_DURATION = $(or $(if $(filter file undefined,$(origin DURATION)),,$(DURATION)),10m)
+CHAOS_WORKERS  = $(or $(if $(filter file undefined,$(origin WORKERS)),,$(WORKERS)),3)
+
+.PHONY: chaos
+chaos: engine-deps ## Chaos run through the fault proxy (DURATION=10m WORKERS=3 SEED FAULTS=all); writes chaos-report.json, fails unless ok.
+	@mkdir -p $(BIN_DIR)
+	$(GO) build -o $(BIN_DIR)/chaos ./cmd/chaos
+	$(BIN_DIR)/chaos -v -duration '$(CHAOS_DURATION)' -workers '$(CHAOS_WORKERS)' -seed '$(SEED)' -faults '$(FAULTS)' $(CHAOS_FLAGS)
+
+# Fuzz targets need no engine: DYNAMODB_ENDPOINT=unused keeps testenv.Main from starting one.
+.PHONY: fuzz
+fuzz: ## Run every fuzz target (func Fuzz* in *_test.go) for FUZZTIME each (default 1m).
+	@set -e; for dir in $$(git ls-files --cached --others --exclude-standard -- '*_test.go' | xargs -r grep -l '^func Fuzz' | xargs -r -n1 dirname | sort -u); do \
+	  for fn in $$(grep -ho '^func Fuzz[A-Za-z0-9_]*' $$dir/*_test.go | sed 's/^func //' | sort -u); do \
+	    echo "fuzz: ./$$dir $$fn for $(FUZZTIME)"; \
+	    DYNAMODB_ENDPOINT=$${DYNAMODB_ENDPOINT:-unused} $(GO) test -run '^$$' -fuzz "^$$fn\$$" -fuzztime $(FUZZTIME) ./$$dir; \
+	  done; \
+	done
 
 # ---------------------------------------------------------------------------------------------
 # SAM application: template.yaml + samconfig.toml (section owned by the SAM/functions work)
