@@ -230,7 +230,6 @@ type queueRow struct {
 // waitTurn polls the queue until our row is the first live one.
 func (q *Queue) waitTurn(ctx context.Context, l *Lease, ac *acquireConfig, ticket int64) error {
 	start := q.cfg.clock.Now()
-	seen := map[string]*observer{} // per row ahead of us
 	bo := backoff{base: q.cfg.backoffBase, cap: q.cfg.backoffCap}
 	var lastHead string
 	for {
@@ -267,7 +266,7 @@ func (q *Queue) waitTurn(ctx context.Context, l *Lease, ac *acquireConfig, ticke
 		var live []queueRow
 		var wake time.Duration = -1
 		for _, r := range ahead {
-			dead, in := q.dead(r, seen, now)
+			dead, in := q.dead(l.key, r, now)
 			if dead && q.evict(ctx, l.key, r) {
 				continue
 			}
@@ -310,7 +309,7 @@ func (q *Queue) waitTurn(ctx context.Context, l *Lease, ac *acquireConfig, ticke
 
 // dead decides whether row r's holder stopped heartbeating; if not, it says how long
 // until it could be judged dead (-1: unknown).
-func (q *Queue) dead(r queueRow, seen map[string]*observer, now time.Time) (bool, time.Duration) {
+func (q *Queue) dead(key string, r queueRow, now time.Time) (bool, time.Duration) {
 	if q.cfg.takeover.wallClock {
 		exp := r.holder.Until.Add(q.cfg.takeover.skew)
 		if now.After(exp) {
@@ -318,13 +317,12 @@ func (q *Queue) dead(r queueRow, seen map[string]*observer, now time.Time) (bool
 		}
 		return false, exp.Sub(now)
 	}
-	o := seen[r.sk]
-	if o == nil {
-		o = &observer{}
-		seen[r.sk] = o
-	}
+	obsKey := q.table + "\x00" + key + "\x00" + r.sk
+	o := q.cfg.seen.load(obsKey)
 	o.see(&r.holder, now)
+	q.cfg.seen.store(obsKey, o)
 	if o.stale(now) != nil {
+		q.cfg.seen.forget(obsKey)
 		return true, 0
 	}
 	return false, o.since.Add(o.lease).Sub(now)

@@ -125,7 +125,7 @@ func (il *ItemLocker) Acquire(ctx context.Context, key map[string]types.Attribut
 	var got item
 	var start, firstUncertain time.Time
 	var uncertain bool
-	err = il.cfg.waitFor(ctx, label, ac.wait, func(ctx context.Context, stale *Holder) (bool, *Holder, error) {
+	err = il.cfg.waitFor(ctx, label, il.table+"\x00"+label, ac.wait, func(ctx context.Context, stale *Holder) (bool, *Holder, error) {
 		start = il.cfg.clock.Now()
 		it, holder, amb, err := il.attempt(ctx, key, leaseID, stale)
 		if amb && !uncertain {

@@ -92,7 +92,7 @@ func (m *Mutex) Acquire(ctx context.Context, key string, opts ...AcquireOption) 
 	var start time.Time
 	var uncertain bool // an attempt may have landed without our knowing
 	var firstUncertain time.Time
-	err = m.cfg.waitFor(ctx, key, ac.wait, func(ctx context.Context, stale *Holder) (bool, *Holder, error) {
+	err = m.cfg.waitFor(ctx, key, m.table+"\x00"+key+"\x00"+ac.namespace, ac.wait, func(ctx context.Context, stale *Holder) (bool, *Holder, error) {
 		start = m.cfg.clock.Now()
 		it, holder, amb, err := m.attempt(ctx, key, ac, leaseID, stale)
 		if amb && !uncertain {

@@ -75,6 +75,7 @@ type config struct {
 	backoffCap  time.Duration
 	wait        WaitPolicy
 	hooks       testHooks
+	seen        *observations
 }
 
 // testHooks lets tests inject delays at precise points of a protocol.
@@ -218,6 +219,7 @@ func newConfig(opts []Option) (*config, error) {
 		backoffBase: DefaultBackoffBase,
 		backoffCap:  DefaultBackoffCap,
 		wait:        WaitForever(),
+		seen:        &observations{},
 	}
 	for _, o := range opts {
 		if o == nil {

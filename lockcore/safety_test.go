@@ -570,3 +570,34 @@ func TestMultiAllOrNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// A client remembers what it observed across calls: a Lambda that failed with
+// ErrLockHeld and retries after a lease takes over a dead holder's lease at once, in the
+// skew-safe mode, without watching for another full lease.
+func TestObservationSpansCalls(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ctx := ctxT(t, time.Minute)
+	a, _ := lockcore.NewMutex(e.db, e.locks, fast("a", lockcore.WithHeartbeat(0))...)
+	b, _ := lockcore.NewMutex(e.db, e.locks, fast("b")...)
+	if _, err := a.Acquire(ctx, "k"); err != nil { // a dies holding it
+		t.Fatal(err)
+	}
+	_, err := b.TryAcquire(ctx, "k")
+	mustNot(t, err, lockcore.ErrLockHeld)
+	time.Sleep(lease + 100*time.Millisecond)
+	lb, err := b.TryAcquire(ctx, "k")
+	if err != nil {
+		t.Fatalf("retry after a full lease of unchanged observation: %v", err)
+	}
+	_ = lb.Release(ctx)
+
+	// A client that never saw the lease before must still wait a full lease.
+	if _, err := a.Acquire(ctx, "k2"); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(lease + 100*time.Millisecond)
+	c, _ := lockcore.NewMutex(e.db, e.locks, fast("c")...)
+	_, err = c.TryAcquire(ctx, "k2")
+	mustNot(t, err, lockcore.ErrLockHeld)
+}

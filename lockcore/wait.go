@@ -2,8 +2,48 @@ package lockcore
 
 import (
 	"context"
+	"sync"
 	"time"
 )
+
+// observations remembers, per lock, the lease version a client last saw and since when,
+// across calls: a Lambda that retries an order a minute later (in the same warm
+// container) can then take over a lease it already watched go stale, instead of
+// starting to watch again. Forgetting an entry is always safe (it only delays a
+// takeover), so the cache is bounded by dropping arbitrary entries.
+type observations struct {
+	mu sync.Mutex
+	m  map[string]observer
+}
+
+const maxObservations = 4096
+
+func (o *observations) load(key string) observer {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.m[key]
+}
+
+func (o *observations) store(key string, ob observer) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.m == nil {
+		o.m = make(map[string]observer)
+	}
+	if _, ok := o.m[key]; !ok && len(o.m) >= maxObservations {
+		for k := range o.m {
+			delete(o.m, k)
+			break
+		}
+	}
+	o.m[key] = ob
+}
+
+func (o *observations) forget(key string) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	delete(o.m, key)
+}
 
 // observer implements the clock-skew-safe takeover: it remembers the lease version a
 // waiter saw and since when (on the waiter's own clock, measured when the answer came
@@ -38,9 +78,12 @@ type attemptFunc func(ctx context.Context, stale *Holder) (won bool, holder *Hol
 // waitFor runs attempt until it wins, the wait policy's time runs out, or ctx ends.
 // Between attempts it sleeps with capped exponential backoff and full jitter, but wakes
 // early when a takeover becomes possible.
-func (c *config) waitFor(ctx context.Context, key string, p WaitPolicy, attempt attemptFunc) error {
+//
+// obsKey identifies the lock in the client's observation memory.
+func (c *config) waitFor(ctx context.Context, key, obsKey string, p WaitPolicy, attempt attemptFunc) error {
 	start := c.clock.Now()
-	var obs observer
+	obs := c.seen.load(obsKey)
+	defer func() { c.seen.store(obsKey, obs) }()
 	var last *Holder
 	bo := backoff{base: c.backoffBase, cap: c.backoffCap}
 	for {
@@ -56,6 +99,7 @@ func (c *config) waitFor(ctx context.Context, key string, p WaitPolicy, attempt 
 			return err
 		}
 		if won {
+			obs = observer{}
 			return nil
 		}
 		now := c.clock.Now()
