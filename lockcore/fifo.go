@@ -293,8 +293,14 @@ func (q *Queue) waitTurn(ctx context.Context, l *Lease, ac *acquireConfig, ticke
 		}
 		// Poll fast when next in line, slower further back: each row ahead needs at
 		// least one handoff before our turn.
-		d := bo.next() * time.Duration(min(len(live), 8))
-		d = min(d, q.cfg.backoffCap)
+		var d time.Duration
+		if len(live) == 1 {
+			// Next in line: the handoff is ours, so keep the polling interval short
+			// (a strongly consistent Query of a small queue costs one RCU).
+			d = min(bo.next(), 4*q.cfg.backoffBase)
+		} else {
+			d = min(bo.next()*time.Duration(min(len(live), 8)), q.cfg.backoffCap)
+		}
 		if wake >= 0 && wake < d {
 			d = wake + time.Millisecond
 		}

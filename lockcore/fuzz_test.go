@@ -55,6 +55,13 @@ func (fatalDB) TransactWriteItems(context.Context, *dynamodb.TransactWriteItemsI
 	return nil, errStub
 }
 
+// emptyDB finds no items; everything else fails as in fatalDB.
+type emptyDB struct{ fatalDB }
+
+func (emptyDB) GetItem(context.Context, *dynamodb.GetItemInput, ...func(*dynamodb.Options)) (*dynamodb.GetItemOutput, error) {
+	return &dynamodb.GetItemOutput{}, nil
+}
+
 // reservedPrefix is the key prefix lockcore keeps for its own rows.
 const reservedPrefix = "turnstile#"
 
@@ -67,13 +74,57 @@ func skValid(s string, room int) bool {
 	return s != "" && len(s)+room <= lockcore.MaxSortKeyBytes && utf8.ValidString(s)
 }
 
+// verdict is what the documented rules say of an input.
+type verdict int
+
+const (
+	rejected verdict = iota // must fail with an *OptionError
+	accepted                // must pass validation
+	either                  // the rules do not say: accepted or rejected, never a panic
+)
+
+func verdictOf(valid bool) verdict {
+	if valid {
+		return accepted
+	}
+	return rejected
+}
+
+// and combines verdicts: any rejection rejects; otherwise any doubt stays.
+func and(vs ...verdict) verdict {
+	out := accepted
+	for _, v := range vs {
+		switch v {
+		case rejected:
+			return rejected
+		case either:
+			out = either
+		}
+	}
+	return out
+}
+
+// hasPathChars reports characters that DynamoDB's expression builder reads as document
+// paths (nesting, list indexes) in an attribute name. The documentation says nothing of
+// such names; they must at least never make lockcore panic.
+func hasPathChars(name string) bool { return strings.ContainsAny(name, ".[]") }
+
 // checkErr asserts the error contract of one call: rejected iff !valid, and then with
 // an *OptionError matching want; otherwise the stub's error (or nil for calls that do
 // not reach the database).
 func checkErr(t *testing.T, what string, err error, valid bool, want error) {
 	t.Helper()
+	check(t, what, err, verdictOf(valid), want)
+}
+
+func check(t *testing.T, what string, err error, v verdict, want error) {
+	t.Helper()
 	var oe *lockcore.OptionError
 	isOE := errors.As(err, &oe)
+	if v == either {
+		v = verdictOf(!isOE)
+	}
+	valid := v == accepted
 	switch {
 	case valid && isOE:
 		t.Fatalf("%s: valid input rejected: %v", what, err)
@@ -107,6 +158,10 @@ func FuzzKeys(f *testing.F) {
 			t.Fatal(err)
 		}
 		il, err := lockcore.NewItemLocker(db, "data", []lockcore.Option{lockcore.WithOwner("fuzz")})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ilr, err := lockcore.NewItemLocker(db, "data", []lockcore.Option{lockcore.WithOwner("fuzz")}, lockcore.RequireItem())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -167,7 +222,11 @@ func FuzzKeys(f *testing.F) {
 		}
 		lockAttrs := []string{"lockedBy", "lockTime", "lockOwner", "lockUntil", "lockLeaseMs", "lockRev", "lockFence"}
 		itemValid := len(ikey) >= 1 && len(ikey) <= 2
+		names := accepted
 		for name, v := range ikey {
+			if hasPathChars(name) {
+				names = either
+			}
 			var size int
 			switch x := v.(type) {
 			case *types.AttributeValueMemberS:
@@ -183,10 +242,13 @@ func FuzzKeys(f *testing.F) {
 				itemValid = false
 			}
 		}
+		iv := and(verdictOf(itemValid), names)
 		_, err = il.Acquire(ctx, ikey)
-		checkErr(t, "ItemLocker.Acquire", err, itemValid, lockcore.ErrInvalidKey)
+		check(t, "ItemLocker.Acquire", err, iv, lockcore.ErrInvalidKey)
+		_, err = ilr.Acquire(ctx, ikey) // RequireItem: the key's name goes into a condition
+		check(t, "ItemLocker(RequireItem).Acquire", err, iv, lockcore.ErrInvalidKey)
 		_, err = il.Attach(ikey, "fuzz#lease")
-		checkErr(t, "ItemLocker.Attach", err, itemValid, lockcore.ErrInvalidKey)
+		check(t, "ItemLocker.Attach", err, iv, lockcore.ErrInvalidKey)
 	})
 }
 
@@ -347,6 +409,7 @@ func FuzzOptions(f *testing.F) {
 
 		var itemOpts []lockcore.ItemOption
 		itemValid := valid
+		itemNames := accepted
 		if use&2048 != 0 {
 			names := strings.Split(itemAttrs, ",")
 			var a lockcore.ItemAttributes
@@ -359,6 +422,9 @@ func FuzzOptions(f *testing.F) {
 				if *p == "" || seen[*p] {
 					itemValid = false
 				}
+				if hasPathChars(*p) {
+					itemNames = either
+				}
 				seen[*p] = true
 			}
 			itemOpts = append(itemOpts, lockcore.WithItemAttributes(a))
@@ -367,14 +433,15 @@ func FuzzOptions(f *testing.F) {
 			itemOpts = append(itemOpts, lockcore.RequireItem(), nil)
 		}
 		il, err := lockcore.NewItemLocker(db, "data", opts, itemOpts...)
-		checkErr(t, "NewItemLocker", err, itemValid, lockcore.ErrInvalidOption)
-		if err == nil {
+		check(t, "NewItemLocker", err, and(verdictOf(itemValid), itemNames), lockcore.ErrInvalidOption)
+		if err == nil { // the attribute names go into the lock's expressions here
 			_, err = il.TryAcquire(ctx, map[string]types.AttributeValue{"pk": &types.AttributeValueMemberS{Value: "k"}})
 			checkErr(t, "ItemLocker.TryAcquire", err, true, nil)
 		}
 
 		var vopts []lockcore.VersionOption
 		verValid := valid
+		verName := accepted
 		if use&8192 != 0 {
 			vopts = append(vopts, lockcore.MaxAttempts(maxAttempts))
 			verValid = verValid && maxAttempts >= 1
@@ -382,13 +449,17 @@ func FuzzOptions(f *testing.F) {
 		if use&16384 != 0 {
 			vopts = append(vopts, lockcore.VersionAttribute(versionAttr), nil)
 			verValid = verValid && versionAttr != ""
+			if hasPathChars(versionAttr) {
+				verName = either
+			}
 		}
-		v, err := lockcore.NewVersioned(db, "data", opts, vopts...)
-		checkErr(t, "NewVersioned", err, verValid, lockcore.ErrInvalidOption)
+		// emptyDB finds no item, so Update gets as far as building its conditional write.
+		v, err := lockcore.NewVersioned(emptyDB{}, "data", opts, vopts...)
+		check(t, "NewVersioned", err, and(verdictOf(verValid), verName), lockcore.ErrInvalidOption)
 		if err == nil {
 			_, _, err = v.Update(ctx, map[string]types.AttributeValue{"pk": &types.AttributeValueMemberS{Value: "k"}},
 				func(map[string]types.AttributeValue) (map[string]types.AttributeValue, error) {
-					return nil, lockcore.ErrSkip
+					return map[string]types.AttributeValue{"n": &types.AttributeValueMemberN{Value: "1"}}, nil
 				})
 			checkErr(t, "Versioned.Update", err, true, nil)
 		}

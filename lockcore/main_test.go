@@ -118,7 +118,7 @@ func (c *counter) fence(f lockcore.Fence) {
 // hammer runs workers × iters critical sections and checks the invariants.
 func hammer(t *testing.T, workers, iters int, cs func(ctx context.Context, w int) error) {
 	t.Helper()
-	ctx := ctxT(t, 4*time.Minute)
+	ctx := ctxT(t, 8*time.Minute)
 	var wg sync.WaitGroup
 	errs := make(chan error, workers)
 	for w := range workers {
