@@ -7,6 +7,7 @@ STATICCHECK_VERSION ?= v0.8.2
 STATICCHECK         := $(BIN_DIR)/staticcheck-$(STATICCHECK_VERSION)
 PKGS                ?= ./...
 TEST_FLAGS          ?= -race -count=1 -timeout 15m
+DEMO_FLAGS          ?=
 
 .DEFAULT_GOAL := help
 MAKEFLAGS     += --no-print-directory
@@ -45,8 +46,8 @@ test: lint engine-deps sam-validate sam-build ## Lint, SAM validate/build, all t
 	@$(MAKE) fuzz FUZZTIME=$(FUZZ_SMOKE_TIME)
 
 .PHONY: demo
-demo: ## Run the demo against a fresh local engine (or DYNAMODB_ENDPOINT).
-	$(GO) run ./cmd/demo
+demo: ## Run the demo against a fresh local engine (or DYNAMODB_ENDPOINT); flags via DEMO_FLAGS="-orders 500 -seed 2".
+	$(GO) run ./cmd/demo $(DEMO_FLAGS)
 
 # ---------------------------------------------------------------------------------------------
 # Benchmark (issue #6): cmd/bench writes bench/results.json, bench/RESULTS.md, bench/chart.svg.

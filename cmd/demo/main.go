@@ -1,131 +1,144 @@
-// Command demo creates the tables of template.yaml on a local DynamoDB engine and reports
-// what it created. It starts (and afterwards stops) DynamoDB Local unless DYNAMODB_ENDPOINT
-// names a running engine, in which case the tables it created are deleted again.
+// Command demo is `make demo`: it runs an event-driven order workload through the real
+// Lambda handlers of the SAM application on a local DynamoDB engine — SQS batches to many
+// concurrent order processors, StockAdjusted events to the inventory updater, holder
+// crashes found by the janitor on the lock table's stream — then the same workload
+// through naive read-then-write code, and reports both (see package internal/demo).
 //
-// This is a placeholder for the full demo.
+// It starts (and afterwards stops) DynamoDB Local unless DYNAMODB_ENDPOINT names a
+// running engine. It exits 0 when every invariant holds, 1 when one fails (naming it),
+// 2 on bad flags.
+//
+// Usage:
+//
+//	go run ./cmd/demo [-orders 300] [-concurrency 12] [-seed 1] [-crashes 3] [-hot-skus 4] [-json demo-report.json]
 package main
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
+	"errors"
+	"flag"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
-	"strings"
+	"path/filepath"
 	"syscall"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
-	dtypes "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
-
 	"github.com/turnstile-locks/turnstile/internal/ddblocal"
-	"github.com/turnstile-locks/turnstile/internal/template"
+	"github.com/turnstile-locks/turnstile/internal/demo"
 )
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	err := run(ctx)
-	stop()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "demo:", err)
-		os.Exit(1)
-	}
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 }
 
-func run(ctx context.Context) (err error) {
+func run(args []string, stdout, stderr io.Writer) int {
+	def := demo.DefaultConfig()
+	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	orders := fs.Int("orders", def.Orders, "orders to submit")
+	concurrency := fs.Int("concurrency", def.Concurrency, "concurrent order-processor invocations (Lambda concurrency)")
+	seed := fs.Uint64("seed", def.Seed, "workload seed")
+	crashes := fs.Int("crashes", def.Crashes, "holder crashes to inject")
+	hot := fs.Int("hot-skus", def.HotSKUs, fmt.Sprintf("hot SKUs in the catalogue (1..%d)", demo.MaxHotSKUs))
+	jsonPath := fs.String("json", "demo-report.json", "where to write the report (\"\" for nowhere)")
+	logPath := fs.String("log", "", "where to write the handlers' JSON logs (default .cache/demo/handlers.log)")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "demo: unexpected arguments %q\n", fs.Args())
+		return 2
+	}
+	cfg := def
+	cfg.Orders, cfg.Concurrency, cfg.Seed, cfg.Crashes, cfg.HotSKUs = *orders, *concurrency, *seed, *crashes, *hot
+	cfg.Endpoint = "-" // checked for real once the engine is known
+	if err := cfg.Validate(); err != nil {
+		fmt.Fprintln(stderr, "demo:", err)
+		return 2
+	}
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	started := time.Now()
 	endpoint := os.Getenv(ddblocal.EnvEndpoint)
-	external := endpoint != ""
-	if external {
-		fmt.Printf("engine: %s (from %s)\n", endpoint, ddblocal.EnvEndpoint)
+	if endpoint != "" {
+		fmt.Fprintf(stdout, "engine:   %s (from %s)\n", endpoint, ddblocal.EnvEndpoint)
 	} else {
-		fmt.Println("engine: starting DynamoDB Local ...")
+		fmt.Fprintln(stdout, "engine:   starting DynamoDB Local ...")
 		engine, err := ddblocal.Start(ctx, ddblocal.Options{})
 		if err != nil {
-			return err
+			fmt.Fprintln(stderr, "demo:", err)
+			return 1
 		}
 		defer func() {
-			if stopErr := engine.Stop(); stopErr != nil && err == nil {
-				err = fmt.Errorf("stop engine: %w", stopErr)
+			if err := engine.Stop(); err != nil {
+				fmt.Fprintln(stderr, "demo: stop engine:", err)
 			}
-			fmt.Printf("engine: stopped (pid %d)\n", engine.PID())
 		}()
 		endpoint = engine.Endpoint()
-		fmt.Printf("engine: %s (pid %d)\n", endpoint, engine.PID())
+		fmt.Fprintf(stdout, "engine:   DynamoDB Local at %s (pid %d, up in %.1fs)\n", endpoint, engine.PID(), time.Since(started).Seconds())
+	}
+	cfg.Endpoint = endpoint
+	cfg.Out = stdout
+	cfg.TTY = isTerminal(stdout)
+
+	lp := *logPath
+	if lp == "" {
+		if root, err := ddblocal.FindRoot(); err == nil {
+			lp = filepath.Join(root, ".cache", "demo", "handlers.log")
+		}
+	}
+	if lp != "" {
+		if err := os.MkdirAll(filepath.Dir(lp), 0o755); err == nil {
+			if f, err := os.Create(lp); err == nil {
+				defer f.Close()
+				cfg.Log = f
+			}
+		}
 	}
 
-	client, err := ddblocal.NewClient(ctx, endpoint)
-	if err != nil {
-		return err
-	}
-	tpl, err := template.LoadDefault()
-	if err != nil {
-		return err
-	}
-	specs, err := tpl.Tables()
-	if err != nil {
-		return err
-	}
-	suffix := randomHex(4)
-	for _, spec := range specs {
-		name := fmt.Sprintf("demo-%s-%s", spec.LogicalID, suffix)
-		if err := ddblocal.CreateTable(ctx, client, spec.CreateTableInput(name), spec.TTLInput(name)); err != nil {
-			return err
+	rep, err := demo.Run(ctx, cfg)
+	if rep != nil {
+		rep.DurationS = float64(int(time.Since(started).Seconds()*10)) / 10
+		rep.WriteText(stdout)
+		if *jsonPath != "" {
+			if werr := rep.WriteJSON(*jsonPath); werr != nil {
+				fmt.Fprintln(stderr, "demo: write report:", werr)
+				return 1
+			}
+			fmt.Fprintf(stdout, "report:   %s", *jsonPath)
+			if cfg.Log != nil {
+				fmt.Fprintf(stdout, " · handler logs: %s", lp)
+			}
+			fmt.Fprintln(stdout)
 		}
-		if external {
-			defer func() {
-				dctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-				defer cancel()
-				if _, delErr := client.DeleteTable(dctx, &dynamodb.DeleteTableInput{TableName: aws.String(name)}); delErr != nil && err == nil {
-					err = fmt.Errorf("delete table %s: %w", name, delErr)
-				}
-			}()
-		}
-		desc, err := client.DescribeTable(ctx, &dynamodb.DescribeTableInput{TableName: aws.String(name)})
-		if err != nil {
-			return fmt.Errorf("describe %s: %w", name, err)
-		}
-		fmt.Printf("table %-14s -> %s\n", spec.LogicalID, name)
-		fmt.Printf("  keys:   %s\n", describeKeys(spec))
-		fmt.Printf("  status: %s, billing %s\n", desc.Table.TableStatus, billing(desc.Table))
-		if spec.TTLAttribute != "" {
-			fmt.Printf("  ttl:    %s\n", spec.TTLAttribute)
+	}
+	switch {
+	case errors.Is(err, demo.ErrInvariants):
+		if rep.InvariantsOK {
+			fmt.Fprintln(stderr, "demo: FAILED: checks failed:")
 		} else {
-			fmt.Println("  ttl:    none")
+			fmt.Fprintln(stderr, "demo: FAILED: invariants violated:")
 		}
-		if ss := desc.Table.StreamSpecification; ss != nil && aws.ToBool(ss.StreamEnabled) {
-			fmt.Printf("  stream: %s %s\n", ss.StreamViewType, aws.ToString(desc.Table.LatestStreamArn))
-		} else {
-			fmt.Println("  stream: none")
+		for _, v := range rep.Violations {
+			fmt.Fprintln(stderr, "  -", v)
 		}
+		return 1
+	case err != nil:
+		fmt.Fprintln(stderr, "demo:", err)
+		return 1
 	}
-	fmt.Printf("created %d tables from %s\n", len(specs), tpl.Path)
-	return nil
+	return 0
 }
 
-func describeKeys(spec template.TableSpec) string {
-	attrTypes := map[string]string{}
-	for _, d := range spec.AttributeDefinitions {
-		attrTypes[aws.ToString(d.AttributeName)] = string(d.AttributeType)
+// isTerminal reports whether w is a character device (a terminal).
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
 	}
-	var parts []string
-	for _, k := range spec.KeySchema {
-		n := aws.ToString(k.AttributeName)
-		parts = append(parts, fmt.Sprintf("%s %s (%s)", n, k.KeyType, attrTypes[n]))
-	}
-	return strings.Join(parts, ", ")
-}
-
-func billing(td *dtypes.TableDescription) string {
-	if td.BillingModeSummary != nil {
-		return string(td.BillingModeSummary.BillingMode)
-	}
-	return "PAY_PER_REQUEST"
-}
-
-func randomHex(n int) string {
-	b := make([]byte, n)
-	_, _ = rand.Read(b)
-	return hex.EncodeToString(b)
+	st, err := f.Stat()
+	return err == nil && st.Mode()&os.ModeCharDevice != 0
 }

@@ -1,0 +1,91 @@
+package demo
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/turnstile-locks/turnstile/internal/testenv"
+)
+
+func TestMain(m *testing.M) { testenv.Main(m) }
+
+// TestTinyDemo runs the whole demo on a few orders against the test engine: the real
+// handlers, one injected holder crash found by the janitor through DynamoDB Local's TTL
+// and the lock table's stream, then the naive baseline.
+func TestTinyDemo(t *testing.T) {
+	testenv.Client(t) // fails fast, naming the endpoint, when the engine is unreachable
+	tuneSettings = func(s *settings) { s.asyncDelay = time.Second }
+	defer func() { tuneSettings = nil }()
+
+	var out bytes.Buffer
+	cfg := Config{
+		Orders: 30, Concurrency: 4, Seed: 7, Crashes: 1, HotSKUs: 2,
+		Endpoint: testenv.Endpoint(), Out: &out, MaxDuration: 2 * time.Minute,
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	rep, err := Run(ctx, cfg)
+	if rep != nil {
+		rep.WriteText(&out)
+	}
+	t.Log("\n" + out.String())
+	if err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+
+	if !rep.InvariantsOK || !rep.ChecksOK {
+		t.Errorf("invariants_ok %v, checks_ok %v: %v", rep.InvariantsOK, rep.ChecksOK, rep.Violations)
+	}
+	if rep.OrdersCompleted != rep.OrdersSubmitted || rep.OrdersSubmitted != 30 {
+		t.Errorf("orders completed %d of %d submitted, want all 30", rep.OrdersCompleted, rep.OrdersSubmitted)
+	}
+	if rep.DoubleProcessed != 0 || rep.LostUpdates != 0 || rep.OversoldUnits != 0 {
+		t.Errorf("double processed %d, lost updates %d, oversold %d; want 0", rep.DoubleProcessed, rep.LostUpdates, rep.OversoldUnits)
+	}
+	if rep.HolderCrashes != 1 || rep.AbandonedLocksInjected < 1 || rep.AbandonedLocksDetected != rep.AbandonedLocksInjected {
+		t.Errorf("crashes %d, abandoned leases injected %d, detected %d; want 1 crash and every lease detected",
+			rep.HolderCrashes, rep.AbandonedLocksInjected, rep.AbandonedLocksDetected)
+	}
+	if rep.TTLDeletions.ByEngine+rep.TTLDeletions.Emulated < rep.AbandonedLocksDetected {
+		t.Errorf("TTL deletions %+v do not account for %d detections", rep.TTLDeletions, rep.AbandonedLocksDetected)
+	}
+	// The baseline ran the same workload and was measured.
+	if rep.Baseline.OrdersCompleted+len(rep.Baseline.SKUs) == 0 || len(rep.Baseline.SKUs) != rep.Settings.Catalogue {
+		t.Errorf("baseline not measured: %+v", rep.Baseline)
+	}
+	if rep.Baseline.CallsPerOrder <= 0 {
+		t.Errorf("baseline made no DynamoDB calls: %+v", rep.Baseline)
+	}
+	if rep.DynamoDBCallsPerOrder <= 0 || rep.LockWaitP50Ms <= 0 {
+		t.Errorf("calls per order %v, lock wait p50 %v; want measured figures", rep.DynamoDBCallsPerOrder, rep.LockWaitP50Ms)
+	}
+
+	// demo-report.json holds the fields the issue lists.
+	path := filepath.Join(t.TempDir(), "demo-report.json")
+	if err := rep.WriteJSON(path); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var fields map[string]any
+	if err := json.Unmarshal(b, &fields); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{
+		"invariants_ok", "orders_submitted", "orders_completed", "orders_rejected", "double_processed",
+		"lost_updates", "oversold_units", "abandoned_locks_injected", "abandoned_locks_detected",
+		"baseline_lost_updates", "baseline_oversold_units", "baseline_double_processed",
+		"lock_wait_p50_ms", "lock_wait_p99_ms", "dynamodb_calls_per_order", "duration_s",
+	} {
+		if _, ok := fields[k]; !ok {
+			t.Errorf("demo-report.json lacks %q", k)
+		}
+	}
+}

@@ -1,0 +1,445 @@
+package demo
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"math"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	awsmiddleware "github.com/aws/aws-sdk-go-v2/aws/middleware"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/aws/smithy-go/middleware"
+
+	"github.com/turnstile-locks/turnstile/internal/emf"
+	"github.com/turnstile-locks/turnstile/internal/shop"
+	"github.com/turnstile-locks/turnstile/lockcore"
+)
+
+// meter counts the DynamoDB requests of one client (every attempt, as DynamoDB bills
+// them), the capacity units the engine reports (ReturnConsumedCapacity TOTAL is set on
+// every request that takes it; a conditional write refused by its condition is counted
+// as the 1 WCU AWS bills, since the error carries no figure), and feeds successful writes
+// to an audit.
+type meter struct {
+	requests   atomic.Int64
+	condFailed atomic.Int64
+	txCanceled atomic.Int64
+	capMilli   atomic.Int64
+	audit      *audit
+}
+
+func (m *meter) option() func(*dynamodb.Options) {
+	return func(o *dynamodb.Options) {
+		o.APIOptions = append(o.APIOptions, m.install)
+	}
+}
+
+func (m *meter) install(stack *middleware.Stack) error {
+	if err := stack.Initialize.Add(middleware.InitializeMiddlewareFunc("demoMeter",
+		func(ctx context.Context, in middleware.InitializeInput, next middleware.InitializeHandler) (
+			middleware.InitializeOutput, middleware.Metadata, error,
+		) {
+			askCapacity(in.Parameters)
+			out, md, err := next.HandleInitialize(ctx, in)
+			var ccf *types.ConditionalCheckFailedException
+			var tce *types.TransactionCanceledException
+			switch {
+			case errors.As(err, &ccf):
+				m.condFailed.Add(1)
+				m.capMilli.Add(1000)
+			case errors.As(err, &tce):
+				m.txCanceled.Add(1)
+			case err == nil:
+				m.capMilli.Add(int64(math.Round(capacityOf(out.Result) * 1000)))
+				if m.audit != nil {
+					m.audit.observe(awsmiddleware.GetOperationName(ctx), in.Parameters)
+				}
+			}
+			return out, md, err
+		}), middleware.After); err != nil {
+		return err
+	}
+	return stack.Finalize.Add(middleware.FinalizeMiddlewareFunc("demoMeterAttempts",
+		func(ctx context.Context, in middleware.FinalizeInput, next middleware.FinalizeHandler) (
+			middleware.FinalizeOutput, middleware.Metadata, error,
+		) {
+			m.requests.Add(1)
+			if c, ok := ctx.Value(attemptCallsKey{}).(*atomic.Int64); ok {
+				c.Add(1)
+			}
+			return next.HandleFinalize(ctx, in)
+		}), middleware.After)
+}
+
+func (m *meter) capacity() float64 { return float64(m.capMilli.Load()) / 1000 }
+
+func askCapacity(params any) {
+	total := types.ReturnConsumedCapacityTotal
+	switch in := params.(type) {
+	case *dynamodb.GetItemInput:
+		in.ReturnConsumedCapacity = total
+	case *dynamodb.PutItemInput:
+		in.ReturnConsumedCapacity = total
+	case *dynamodb.UpdateItemInput:
+		in.ReturnConsumedCapacity = total
+	case *dynamodb.DeleteItemInput:
+		in.ReturnConsumedCapacity = total
+	case *dynamodb.QueryInput:
+		in.ReturnConsumedCapacity = total
+	case *dynamodb.ScanInput:
+		in.ReturnConsumedCapacity = total
+	case *dynamodb.TransactWriteItemsInput:
+		in.ReturnConsumedCapacity = total
+	case *dynamodb.TransactGetItemsInput:
+		in.ReturnConsumedCapacity = total
+	}
+}
+
+func capacityOf(result any) float64 {
+	one := func(c *types.ConsumedCapacity) float64 {
+		if c == nil || c.CapacityUnits == nil {
+			return 0
+		}
+		return *c.CapacityUnits
+	}
+	many := func(cs []types.ConsumedCapacity) float64 {
+		t := 0.0
+		for i := range cs {
+			t += one(&cs[i])
+		}
+		return t
+	}
+	switch out := result.(type) {
+	case *dynamodb.GetItemOutput:
+		return one(out.ConsumedCapacity)
+	case *dynamodb.PutItemOutput:
+		return one(out.ConsumedCapacity)
+	case *dynamodb.UpdateItemOutput:
+		return one(out.ConsumedCapacity)
+	case *dynamodb.DeleteItemOutput:
+		return one(out.ConsumedCapacity)
+	case *dynamodb.QueryOutput:
+		return one(out.ConsumedCapacity)
+	case *dynamodb.ScanOutput:
+		return one(out.ConsumedCapacity)
+	case *dynamodb.TransactWriteItemsOutput:
+		return many(out.ConsumedCapacity)
+	case *dynamodb.TransactGetItemsOutput:
+		return many(out.ConsumedCapacity)
+	}
+	return 0
+}
+
+// audit watches the successful writes of one run at the DynamoDB boundary, whatever code
+// made them: every write that gives an order item a final status (a decision) and every
+// write to a stock record. It is how the demo measures double processing in both runs
+// with the same yardstick.
+type audit struct {
+	orders, inventory string
+
+	mu          sync.Mutex
+	decisions   map[string][]string // order id -> statuses written, in order
+	stockWrites map[string]int      // SKU -> successful writes to its stock record
+	// unseen are orders the service reports decided although no call that wrote the
+	// decision succeeded: the write landed, but its response was lost (a timeout) and the
+	// retry was refused; the service re-read the order to find its own decision there.
+	unseen map[string]bool
+}
+
+func newAudit(orders, inventory string) *audit {
+	return &audit{
+		orders: orders, inventory: inventory,
+		decisions: map[string][]string{}, stockWrites: map[string]int{}, unseen: map[string]bool{},
+	}
+}
+
+func (a *audit) observe(op string, params any) {
+	switch in := params.(type) {
+	case *dynamodb.TransactWriteItemsInput:
+		for _, it := range in.TransactItems {
+			switch {
+			case it.Update != nil:
+				a.write(deref(it.Update.TableName), it.Update.Key, it.Update.ExpressionAttributeValues, nil)
+			case it.Put != nil:
+				a.write(deref(it.Put.TableName), it.Put.Item, nil, it.Put.Item)
+			}
+		}
+	case *dynamodb.UpdateItemInput:
+		a.write(deref(in.TableName), in.Key, in.ExpressionAttributeValues, nil)
+	case *dynamodb.PutItemInput:
+		a.write(deref(in.TableName), in.Item, nil, in.Item)
+	}
+	_ = op
+}
+
+func (a *audit) write(table string, key, values, item map[string]types.AttributeValue) {
+	switch table {
+	case a.orders:
+		id := sAttr(key, "orderId")
+		status := ""
+		if item != nil {
+			status = sAttr(item, "status")
+		}
+		for _, v := range values {
+			if s, ok := v.(*types.AttributeValueMemberS); ok && (s.Value == "RESERVED" || s.Value == "REJECTED") {
+				status = s.Value
+			}
+		}
+		if id != "" && (status == "RESERVED" || status == "REJECTED") {
+			a.mu.Lock()
+			a.decisions[id] = append(a.decisions[id], status)
+			a.mu.Unlock()
+		}
+	case a.inventory:
+		if sAttr(key, "sk") != "STOCK" {
+			return
+		}
+		sku := strings.TrimPrefix(sAttr(key, "pk"), "SKU#")
+		a.mu.Lock()
+		a.stockWrites[sku]++
+		a.mu.Unlock()
+	}
+}
+
+func (a *audit) snapshot() (decisions map[string][]string, stockWrites map[string]int) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	decisions = make(map[string][]string, len(a.decisions))
+	for k, v := range a.decisions {
+		decisions[k] = append([]string(nil), v...)
+	}
+	stockWrites = make(map[string]int, len(a.stockWrites))
+	for k, v := range a.stockWrites {
+		stockWrites[k] = v
+	}
+	return decisions, stockWrites
+}
+
+// decided counts the orders decided so far.
+func (a *audit) decided() int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	n := len(a.decisions)
+	for id := range a.unseen {
+		if len(a.decisions[id]) == 0 {
+			n++
+		}
+	}
+	return n
+}
+
+func (a *audit) writes(orderID string) int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return len(a.decisions[orderID])
+}
+
+// decidedUnseen records that the service decided orderID with a write the audit did not
+// see succeed.
+func (a *audit) decidedUnseen(orderID string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.unseen[orderID] = true
+}
+
+func (a *audit) unseenCount() int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return len(a.unseen)
+}
+
+func deref(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
+}
+
+func sAttr(it map[string]types.AttributeValue, k string) string {
+	if v, ok := it[k].(*types.AttributeValueMemberS); ok {
+		return v.Value
+	}
+	return ""
+}
+
+// collector receives the metrics the handlers and the service emit (the figures their
+// EMF documents would carry to CloudWatch) and keeps them for the report. It satisfies
+// every handler package's Metrics interface.
+type collector struct {
+	mu      sync.Mutex
+	sums    map[string]float64
+	samples map[string][]float64
+}
+
+func newCollector() *collector {
+	return &collector{sums: map[string]float64{}, samples: map[string][]float64{}}
+}
+
+// PutMetric records one value.
+func (c *collector) PutMetric(name string, value float64, unit emf.Unit) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.sums[name] += value
+	if unit == emf.Milliseconds {
+		c.samples[name] = append(c.samples[name], value)
+	}
+}
+
+// Flush is a no-op: the values were recorded as they came.
+func (c *collector) Flush() error { return nil }
+
+func (c *collector) sum(name string) float64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.sums[name]
+}
+
+func (c *collector) percentile(name string, p float64) float64 {
+	c.mu.Lock()
+	s := append([]float64(nil), c.samples[name]...)
+	c.mu.Unlock()
+	return percentile(s, p)
+}
+
+// percentile returns the p-th percentile (nearest rank) of s, 0 for no samples.
+func percentile(s []float64, p float64) float64 {
+	if len(s) == 0 {
+		return 0
+	}
+	sort.Float64s(s)
+	rank := int(math.Ceil(p/100*float64(len(s)))) - 1
+	return s[min(max(rank, 0), len(s)-1)]
+}
+
+// takeoverDetector finds lease takeovers in the lock table's stream. The stream carries
+// old images only, so a write is known for what it was by the next record of the same
+// row: a MODIFY of a held lease followed by a record whose old image holds a different
+// lease id was a takeover (a renewal keeps the lease id, a release leaves the row
+// released).
+type takeoverDetector struct {
+	mu        sync.Mutex
+	pending   map[string]string // row key -> lease id of a held lease last MODIFYed
+	takeovers int
+	// ttlLeases is called with the lease id of every held lease removed by TTL.
+	ttlLeases func(leaseID string)
+}
+
+func newTakeoverDetector() *takeoverDetector {
+	return &takeoverDetector{pending: map[string]string{}}
+}
+
+func (d *takeoverDetector) observe(rec map[string]any) {
+	ch, _ := rec["dynamodb"].(map[string]any)
+	keys, _ := json.Marshal(ch["Keys"])
+	key := string(keys)
+	old, _ := ch["OldImage"].(map[string]any)
+	state, lease := imgS(old, "state"), imgS(old, "leaseId")
+	name, _ := rec["eventName"].(string)
+	_, byService := rec["userIdentity"]
+
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if prev, ok := d.pending[key]; ok && old != nil {
+		if state == "held" && lease != prev {
+			d.takeovers++
+		}
+		delete(d.pending, key)
+	}
+	switch name {
+	case "MODIFY":
+		if state == "held" {
+			d.pending[key] = lease
+		}
+	case "REMOVE":
+		delete(d.pending, key)
+		if byService && state == "held" && d.ttlLeases != nil {
+			d.ttlLeases(lease)
+		}
+	case "INSERT":
+		delete(d.pending, key)
+	}
+}
+
+func (d *takeoverDetector) count() int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.takeovers
+}
+
+func imgS(img map[string]any, k string) string {
+	v, _ := img[k].(map[string]any)
+	s, _ := v["S"].(string)
+	return s
+}
+
+// attemptCallsKey marks a context whose DynamoDB requests are counted for one attempt at
+// an order (see countingProcessor).
+type attemptCallsKey struct{}
+
+// countingProcessor wraps the service the order processor's handler calls, to attribute
+// DynamoDB requests to the outcome of each attempt at an order: the attempt that decided
+// it, a duplicate delivery, an attempt that lost to contention and was retried, a crash.
+type countingProcessor struct {
+	svc   *shop.Service
+	stats *attemptStats
+	audit *audit
+}
+
+func (p countingProcessor) ProcessOrder(ctx context.Context, o shop.Order) (shop.Outcome, error) {
+	var n atomic.Int64
+	before := p.audit.writes(o.OrderID)
+	out, err := p.svc.ProcessOrder(context.WithValue(ctx, attemptCallsKey{}, &n), o)
+	if err == nil && !out.Duplicate && p.audit.writes(o.OrderID) == before {
+		p.audit.decidedUnseen(o.OrderID)
+	}
+	kind := "other"
+	switch {
+	case err == nil && out.Duplicate:
+		kind = "duplicate"
+	case err == nil:
+		kind = "decided"
+	case errors.Is(err, errHolderDied):
+		kind = "crashed"
+	case errors.Is(err, shop.ErrBusy):
+		kind = "contended"
+	case errors.Is(err, lockcore.ErrLeaseLost):
+		kind = "lease_lost"
+	}
+	p.stats.add(kind, n.Load())
+	return out, err
+}
+
+type attemptStats struct {
+	mu       sync.Mutex
+	attempts map[string]int
+	calls    map[string]int64
+}
+
+func newAttemptStats() *attemptStats {
+	return &attemptStats{attempts: map[string]int{}, calls: map[string]int64{}}
+}
+
+func (a *attemptStats) add(kind string, calls int64) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.attempts[kind]++
+	a.calls[kind] += calls
+}
+
+func (a *attemptStats) snapshot() (attempts map[string]int, calls map[string]int64) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	attempts, calls = map[string]int{}, map[string]int64{}
+	for k, v := range a.attempts {
+		attempts[k] = v
+	}
+	for k, v := range a.calls {
+		calls[k] = v
+	}
+	return attempts, calls
+}

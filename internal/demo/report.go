@@ -1,0 +1,276 @@
+package demo
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"sort"
+	"strings"
+)
+
+// Report is the demo's result; it is written to demo-report.json. The first block holds
+// the fields the issue asks for, under those names; the rest gives their context.
+type Report struct {
+	InvariantsOK            bool    `json:"invariants_ok"`
+	OrdersSubmitted         int     `json:"orders_submitted"`
+	OrdersCompleted         int     `json:"orders_completed"`
+	OrdersRejected          int     `json:"orders_rejected"`
+	DoubleProcessed         int     `json:"double_processed"`
+	LostUpdates             int     `json:"lost_updates"`
+	OversoldUnits           int     `json:"oversold_units"`
+	AbandonedLocksInjected  int     `json:"abandoned_locks_injected"`
+	AbandonedLocksDetected  int     `json:"abandoned_locks_detected"`
+	BaselineLostUpdates     int     `json:"baseline_lost_updates"`
+	BaselineOversoldUnits   int     `json:"baseline_oversold_units"`
+	BaselineDoubleProcessed int     `json:"baseline_double_processed"`
+	LockWaitP50Ms           float64 `json:"lock_wait_p50_ms"`
+	LockWaitP99Ms           float64 `json:"lock_wait_p99_ms"`
+	DynamoDBCallsPerOrder   float64 `json:"dynamodb_calls_per_order"`
+	DurationS               float64 `json:"duration_s"`
+
+	// Context.
+	ChecksOK                bool     `json:"checks_ok"`
+	Violations              []string `json:"violations"`
+	OrdersReserved          int      `json:"orders_reserved"`
+	CapacityUnitsPerOrder   float64  `json:"capacity_units_per_order"`
+	LockContention          int      `json:"lock_contention"`
+	Takeovers               int      `json:"takeovers"`
+	HolderCrashes           int      `json:"holder_crashes"`
+	OrderItemLocksAbandoned int      `json:"order_item_locks_abandoned"`
+	AbandonedLeasesFound    int      `json:"abandoned_leases_found_total"`
+	// ExpiredLeasesOfLiveHolders are leases the janitor found that no crash abandoned:
+	// a live holder stalled past its lease (an overloaded machine), TTL removed the row,
+	// and the holder's late writes were refused (LeaseLost).
+	ExpiredLeasesOfLiveHolders int `json:"expired_leases_of_live_holders"`
+	LeaseLost                  int `json:"lease_lost_writes_refused"`
+	Redrives                   int `json:"redrive_messages"`
+	// DecisionsConfirmedByReread are decisions whose write landed although the call
+	// failed (a lost response, then a refused retry); the service found them by re-reading.
+	DecisionsConfirmedByReread int              `json:"decisions_confirmed_by_reread"`
+	OrdersRedriven             int              `json:"orders_redriven"`
+	TTLDeletions               TTLStats         `json:"ttl_deletions"`
+	SQS                        SQSStats         `json:"sqs"`
+	Adjustments                AdjStats         `json:"adjustments"`
+	CallsByFunction            map[string]int64 `json:"dynamodb_calls_by_function"`
+	// OrderAttempts splits the order processor's calls by the outcome of each attempt at
+	// an order: decided, duplicate (already final), contended (returned to the queue),
+	// crashed, lease_lost, other.
+	OrderAttempts map[string]AttemptStat `json:"order_attempts"`
+	Baseline      Baseline               `json:"baseline"`
+	SKUs          []skuOutcome           `json:"skus"`
+	Settings      Settings               `json:"settings"`
+	Phases        map[string]float64     `json:"phase_seconds"`
+}
+
+// AttemptStat counts attempts at orders with one outcome and their DynamoDB requests.
+type AttemptStat struct {
+	Attempts      int     `json:"attempts"`
+	Calls         int64   `json:"dynamodb_calls"`
+	CallsPerOrder float64 `json:"dynamodb_calls_per_order"`
+}
+
+// TTLStats says who removed the abandoned leases.
+type TTLStats struct {
+	ByEngine int `json:"by_engine"` // DynamoDB Local's own TTL job
+	// IdentitySynthesized counts engine TTL records that lacked the service identity and
+	// got it from the stream poller (see streamMapping).
+	IdentitySynthesized int `json:"identity_synthesized"`
+	Emulated            int `json:"emulated"` // fallback deletions by the demo (engine without TTL)
+	StreamRecords       int `json:"stream_records"`
+	FilteredOut         int `json:"stream_records_filtered_out"`
+	Unrecognised        int `json:"stream_records_unrecognised"`
+	JanitorInvocations  int `json:"janitor_invocations"`
+	JanitorDeadLettered int `json:"janitor_records_dead_lettered"`
+}
+
+// SQSStats describes the simulated orders queue.
+type SQSStats struct {
+	Messages           int `json:"messages_sent"`
+	DuplicateSends     int `json:"duplicate_sends"`
+	DuplicateDelivery  int `json:"duplicate_deliveries_planned"`
+	Invocations        int `json:"invocations"`
+	MessagesDelivered  int `json:"messages_delivered"`
+	BatchItemFailures  int `json:"batch_item_failures"`
+	CrashedInvocations int `json:"crashed_invocations"`
+	DeadLettered       int `json:"dead_lettered"`
+}
+
+// AdjStats describes the StockAdjusted events.
+type AdjStats struct {
+	Events           int            `json:"events"`
+	Duplicates       int            `json:"duplicate_deliveries"`
+	Applied          int            `json:"applied"`
+	DeadLettered     int            `json:"dead_lettered"`
+	DeadLetterCauses map[string]int `json:"dead_letter_causes"`
+	Invocations      int            `json:"invocations"`
+}
+
+// Baseline is the naive run's measured damage.
+type Baseline struct {
+	OrdersCompleted int          `json:"orders_completed"`
+	OrdersRejected  int          `json:"orders_rejected"`
+	OrdersReserved  int          `json:"orders_reserved"`
+	DoubleProcessed int          `json:"double_processed"`
+	LostUpdates     int          `json:"lost_updates"`
+	OversoldUnits   int          `json:"oversold_units"`
+	ResidualUnits   int          `json:"stock_residual_units"`
+	Violations      []string     `json:"violations"`
+	CallsPerOrder   float64      `json:"dynamodb_calls_per_order"`
+	DeadLettered    int          `json:"dead_lettered"`
+	SKUs            []skuOutcome `json:"skus"`
+}
+
+// Settings records the scaled-down timings the demo ran with.
+type Settings struct {
+	Orders             int     `json:"orders"`
+	Concurrency        int     `json:"concurrency"`
+	Seed               uint64  `json:"seed"`
+	Crashes            int     `json:"crashes"`
+	HotSKUs            int     `json:"hot_skus"`
+	Catalogue          int     `json:"catalogue_skus"`
+	VisibilityTimeoutS float64 `json:"sqs_visibility_timeout_s"`
+	MaxReceiveCount    int     `json:"sqs_max_receive_count"`
+	LeaseS             float64 `json:"lease_s"`
+	WaitBudgetMs       float64 `json:"wait_budget_ms"`
+	TTLGraceS          float64 `json:"ttl_grace_s"`
+	TakeoverSkewS      float64 `json:"takeover_skew_s"`
+	TTLFallbackS       float64 `json:"ttl_fallback_after_s"`
+	Engine             string  `json:"engine"`
+}
+
+// WriteJSON writes the report to path.
+func (r *Report) WriteJSON(path string) error {
+	b, err := json.MarshalIndent(r, "", "  ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, append(b, '\n'), 0o644)
+}
+
+// WriteText writes the human report.
+func (r *Report) WriteText(w io.Writer) {
+	p := func(format string, args ...any) { fmt.Fprintf(w, format+"\n", args...) }
+	mark := func(ok bool) string {
+		if ok {
+			return "ok"
+		}
+		return "FAILED"
+	}
+	perOrder := func(v float64) string { return fmt.Sprintf("%.1f", v) }
+	p("")
+	p("turnstile — %d orders, %d concurrent order-processor invocations, %d hot SKUs, seed %d",
+		r.OrdersSubmitted, r.Settings.Concurrency, r.Settings.HotSKUs, r.Settings.Seed)
+	p("")
+	p("                                   turnstile    naive read-then-write")
+	p("  orders decided (of %4d)          %9d    %9d", r.OrdersSubmitted, r.OrdersCompleted, r.Baseline.OrdersCompleted)
+	p("    reserved / rejected          %5d / %-5d  %5d / %-5d", r.OrdersReserved, r.OrdersRejected,
+		r.Baseline.OrdersReserved, r.Baseline.OrdersRejected)
+	p("  double processed orders          %9d    %9d", r.DoubleProcessed, r.BaselineDoubleProcessed)
+	p("  lost stock updates               %9d    %9d", r.LostUpdates, r.BaselineLostUpdates)
+	p("  oversold units                   %9d    %9d", r.OversoldUnits, r.BaselineOversoldUnits)
+	p("  stock off by (units)             %9d    %9d", sumResidual(r.SKUs), r.Baseline.ResidualUnits)
+	p("  DynamoDB calls per order         %9s    %9s", perOrder(r.DynamoDBCallsPerOrder), perOrder(r.Baseline.CallsPerOrder))
+	p("")
+	p("turnstile run")
+	p("  stock conservation   %s: for every SKU, initial + adjustments = available + reserved, reserved = RESERVED orders", mark(r.InvariantsOK))
+	p("  lock wait            p50 %.1f ms, p99 %.1f ms; %d contended operations retried via batchItemFailures / async retry",
+		r.LockWaitP50Ms, r.LockWaitP99Ms, r.LockContention)
+	p("  holder crashes       %d injected (%d SKU leases and %d order locks abandoned)",
+		r.HolderCrashes, r.AbandonedLocksInjected, r.OrderItemLocksAbandoned)
+	p("  abandoned leases     %d of %d found by the janitor via the lock table's stream; %d orders re-driven",
+		r.AbandonedLocksDetected, r.AbandonedLocksInjected, r.OrdersRedriven)
+	ttl := fmt.Sprintf("%d removed by DynamoDB Local's own TTL", r.TTLDeletions.ByEngine)
+	if n := r.TTLDeletions.IdentitySynthesized; n > 0 {
+		ttl += fmt.Sprintf(" (userIdentity added by the poller to %d)", n)
+	}
+	if r.TTLDeletions.Emulated > 0 {
+		ttl += fmt.Sprintf(", %d by the demo's TTL fallback", r.TTLDeletions.Emulated)
+	}
+	p("                       %s", ttl)
+	if r.ExpiredLeasesOfLiveHolders > 0 {
+		p("                       + %d leases of live holders that stalled past their lease (machine load): TTL removed",
+			r.ExpiredLeasesOfLiveHolders)
+		p("                         them, the janitor reported them, %d late writes were refused (LeaseLost)", r.LeaseLost)
+	}
+	p("  takeovers            %d (a waiter taking an expired lease over before TTL removed it)", r.Takeovers)
+	p("  DynamoDB             %.1f calls and %.1f capacity units per order (%s)",
+		r.DynamoDBCallsPerOrder, r.CapacityUnitsPerOrder, callsBreakdown(r.CallsByFunction))
+	if a, ok := r.OrderAttempts["decided"]; ok {
+		line := fmt.Sprintf("                       per order: %.1f calls on the attempt that decided it", a.CallsPerOrder)
+		if c, ok := r.OrderAttempts["contended"]; ok {
+			line += fmt.Sprintf(", %.1f on %d contended attempts (retried)", c.CallsPerOrder, c.Attempts)
+		}
+		if c, ok := r.OrderAttempts["duplicate"]; ok {
+			line += fmt.Sprintf(", %.1f on %d duplicates", c.CallsPerOrder, c.Attempts)
+		}
+		p("%s", line)
+	}
+	p("  SQS                  %d messages (%d duplicate sends), %d invocations, %d batch item failures, %d crashed, %d dead-lettered",
+		r.SQS.Messages, r.SQS.DuplicateSends, r.SQS.Invocations, r.SQS.BatchItemFailures, r.SQS.CrashedInvocations, r.SQS.DeadLettered)
+	if r.DecisionsConfirmedByReread > 0 {
+		p("  lost responses       %d decisions landed although their call failed (response lost, retry refused);",
+			r.DecisionsConfirmedByReread)
+		p("                       the service re-read the order, found its own decision and did not apply it twice")
+	}
+	p("  StockAdjusted        %d events (%d delivered twice), %d applied, %d to the DLQ%s",
+		r.Adjustments.Events, r.Adjustments.Duplicates, r.Adjustments.Applied, r.Adjustments.DeadLettered,
+		causes(r.Adjustments.DeadLetterCauses))
+	if len(r.Baseline.Violations) > 0 {
+		p("")
+		p("naive run: what went wrong (measured, not asserted)")
+		for _, v := range r.Baseline.Violations[:min(6, len(r.Baseline.Violations))] {
+			p("  - %s", v)
+		}
+		if n := len(r.Baseline.Violations) - 6; n > 0 {
+			p("  - ... and %d more (demo-report.json)", n)
+		}
+	}
+	p("")
+	if r.InvariantsOK && r.ChecksOK {
+		p("invariants: ok — every order RESERVED or REJECTED exactly once, stock conserved, nothing negative (%.0fs)", r.DurationS)
+	} else {
+		if r.InvariantsOK {
+			p("invariants: ok, but the demo's checks FAILED:")
+		} else {
+			p("INVARIANTS VIOLATED:")
+		}
+		for _, v := range r.Violations {
+			p("  - %s", v)
+		}
+	}
+}
+
+func sumResidual(skus []skuOutcome) int {
+	t := 0
+	for _, s := range skus {
+		t += s.ResidualUnits
+	}
+	return t
+}
+
+func callsBreakdown(m map[string]int64) string {
+	var parts []string
+	for _, k := range []string{"orderprocessor", "inventoryupdater", "janitor"} {
+		if v, ok := m[k]; ok {
+			parts = append(parts, fmt.Sprintf("%s %d", k, v))
+		}
+	}
+	return strings.Join(parts, ", ")
+}
+
+func causes(m map[string]int) string {
+	if len(m) == 0 {
+		return ""
+	}
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	parts := make([]string, len(keys))
+	for i, k := range keys {
+		parts[i] = fmt.Sprintf("%d %s", m[k], strings.ReplaceAll(k, "_", " "))
+	}
+	return " (" + strings.Join(parts, ", ") + ")"
+}
