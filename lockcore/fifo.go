@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"sync"
 
 	"fmt"
 	"time"
@@ -38,6 +39,8 @@ type Queue struct {
 	db    DynamoDB
 	table string
 	cfg   *config
+
+	handoff sync.Map // key → time.Duration: moving average of the time per handoff
 }
 
 // NewQueue returns a Queue on the lock table. A heartbeat is required (waiting rows are
@@ -230,8 +233,12 @@ type queueRow struct {
 // waitTurn polls the queue until our row is the first live one.
 func (q *Queue) waitTurn(ctx context.Context, l *Lease, ac *acquireConfig, ticket int64) error {
 	start := q.cfg.clock.Now()
-	bo := backoff{base: q.cfg.backoffBase, cap: q.cfg.backoffCap}
-	var lastHead string
+	est := 4 * q.cfg.backoffBase // time per handoff, learnt as the queue moves
+	if v, ok := q.handoff.Load(l.key); ok {
+		est = v.(time.Duration)
+	}
+	defer func() { q.handoff.Store(l.key, est) }()
+	prevLive, prevAt := -1, time.Time{}
 	for {
 		select {
 		case <-l.Done():
@@ -281,25 +288,25 @@ func (q *Queue) waitTurn(ctx context.Context, l *Lease, ac *acquireConfig, ticke
 		var head *Holder
 		if len(live) > 0 {
 			head = &live[0].holder
-			if live[0].sk != lastHead {
-				lastHead = live[0].sk
-				bo.reset()
-			}
 		}
+		if prevLive > len(live) {
+			sample := now.Sub(prevAt) / time.Duration(prevLive-len(live))
+			est = (3*est + sample) / 4
+		}
+		prevLive, prevAt = len(live), now
 		waited := now.Sub(start)
 		p := ac.wait
 		if !p.forever && waited >= p.max {
 			return &HeldError{Key: l.key, Holder: head, Waited: waited, TimedOut: p.max > 0}
 		}
-		// Poll fast when next in line, slower further back: each row ahead needs at
-		// least one handoff before our turn.
+		// Sleep until our turn is near, then poll at a fraction of a handoff: each
+		// poll is a strongly consistent Query (one RCU for a small queue), so waiters
+		// far back stay cheap and the next in line notices the handoff quickly.
 		var d time.Duration
 		if len(live) == 1 {
-			// Next in line: the handoff is ours, so keep the polling interval short
-			// (a strongly consistent Query of a small queue costs one RCU).
-			d = min(bo.next(), 4*q.cfg.backoffBase)
+			d = min(max(est/3, q.cfg.backoffBase/4, time.Millisecond), q.cfg.backoffCap)
 		} else {
-			d = min(bo.next()*time.Duration(min(len(live), 8)), q.cfg.backoffCap)
+			d = min(max(time.Duration(len(live)-1)*est*3/4, q.cfg.backoffBase), q.cfg.backoffCap)
 		}
 		if wake >= 0 && wake < d {
 			d = wake + time.Millisecond

@@ -146,31 +146,33 @@ func FuzzKeys(f *testing.F) {
 	f.Add(strings.Repeat("k", 2048), strings.Repeat("n", 1024), "lockedBy", "v", uint8(3), strings.Repeat("v", 2049), "", uint32(65537))
 	f.Add("\xff\xfe", "ns\x00", "a", "b", uint8(4), "\x00", "\xff", uint32(1))
 	f.Add("ключ", "名前空間", "pk", "sk", uint8(5), "é", "ü", uint32(12))
+	// The clients hold no per-call state: build them once.
+	db := fatalDB{}
+	m, err := lockcore.NewMutex(db, "locks", lockcore.WithOwner("fuzz"))
+	if err != nil {
+		f.Fatal(err)
+	}
+	q, err := lockcore.NewQueue(db, "locks", lockcore.WithOwner("fuzz"))
+	if err != nil {
+		f.Fatal(err)
+	}
+	il, err := lockcore.NewItemLocker(db, "data", []lockcore.Option{lockcore.WithOwner("fuzz")})
+	if err != nil {
+		f.Fatal(err)
+	}
+	ilr, err := lockcore.NewItemLocker(db, "data", []lockcore.Option{lockcore.WithOwner("fuzz")}, lockcore.RequireItem())
+	if err != nil {
+		f.Fatal(err)
+	}
+	big := make([]byte, 80<<10)
 	f.Fuzz(func(t *testing.T, key, ns, nameA, nameB string, types8 uint8, valA, valB string, dataLen uint32) {
 		ctx := context.Background()
-		db := fatalDB{}
-		m, err := lockcore.NewMutex(db, "locks", lockcore.WithOwner("fuzz"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		q, err := lockcore.NewQueue(db, "locks", lockcore.WithOwner("fuzz"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		il, err := lockcore.NewItemLocker(db, "data", []lockcore.Option{lockcore.WithOwner("fuzz")})
-		if err != nil {
-			t.Fatal(err)
-		}
-		ilr, err := lockcore.NewItemLocker(db, "data", []lockcore.Option{lockcore.WithOwner("fuzz")}, lockcore.RequireItem())
-		if err != nil {
-			t.Fatal(err)
-		}
-		data := make([]byte, dataLen%(80<<10))
+		data := big[:dataLen%uint32(len(big))]
 		dataOK := len(data) <= 64<<10
 		nsOpt := lockcore.Namespace(ns)
 
 		// Mutex: key is the partition key, the namespace the sort key.
-		_, err = m.Acquire(ctx, key, nsOpt)
+		_, err := m.Acquire(ctx, key, nsOpt)
 		checkErr(t, "Mutex.Acquire", err, pkValid(key) && skValid(ns, 0), lockcore.ErrInvalidKey)
 		_, err = m.TryAcquire(ctx, key, nsOpt, lockcore.Data(data))
 		if dataOK {

@@ -42,8 +42,8 @@ func WithItemAttributes(a ItemAttributes) ItemOption {
 	return func(il *ItemLocker) error {
 		seen := map[string]bool{}
 		for _, n := range a.all() {
-			if n == "" {
-				return invalidOption("itemAttributes", "every attribute name must be set")
+			if err := validateAttrName("itemAttributes", n); err != nil {
+				return err
 			}
 			if seen[n] {
 				return invalidOption("itemAttributes", "attribute name %q used twice", n)

@@ -40,3 +40,17 @@ func validateSK(field, v string, room int) error {
 	}
 	return nil
 }
+
+// validateAttrName checks a configurable attribute name. Names are top-level attributes:
+// '.', '[' and ']' would make the expression builder read them as document paths.
+func validateAttrName(field, v string) error {
+	switch {
+	case v == "":
+		return invalidOption(field, "must not be empty")
+	case !utf8.ValidString(v):
+		return invalidOption(field, "must be valid UTF-8")
+	case strings.ContainsAny(v, ".[]"):
+		return invalidOption(field, "%q: must not contain '.', '[' or ']' (it names a top-level attribute)", v)
+	}
+	return nil
+}

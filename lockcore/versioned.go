@@ -36,8 +36,11 @@ type VersionOption func(*Versioned) error
 // VersionAttribute names the version attribute (default "version").
 func VersionAttribute(n string) VersionOption {
 	return func(v *Versioned) error {
-		if n == "" {
-			return invalidOption("versionAttribute", "must not be empty")
+		if err := validateAttrName("versionAttribute", n); err != nil {
+			return err
+		}
+		if n == v.writerAttr {
+			return invalidOption("versionAttribute", "%q is reserved", n)
 		}
 		v.versionAttr = n
 		return nil
