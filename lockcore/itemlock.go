@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/expression"
@@ -161,8 +163,8 @@ func (il *ItemLocker) validateKey(key map[string]types.AttributeValue) error {
 		return invalidKey("key", "must hold the table's 1 or 2 key attributes, got %d", len(key))
 	}
 	for k, v := range key {
-		if k == "" {
-			return invalidKey("key", "attribute name must not be empty")
+		if k == "" || strings.ContainsAny(k, ".[]") || !utf8.ValidString(k) {
+			return invalidKey("key", "attribute name %q must be non-empty UTF-8 without '.', '[' or ']'", k)
 		}
 		var size int
 		switch x := v.(type) {

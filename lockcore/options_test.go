@@ -118,6 +118,10 @@ func TestInvalidKeys(t *testing.T) {
 			_, err := il.Acquire(ctx, map[string]types.AttributeValue{"lockedBy": &types.AttributeValueMemberS{Value: "x"}})
 			return err
 		}, "key.lockedBy"},
+		{"item key name with path characters", func() error {
+			_, err := il.Acquire(ctx, map[string]types.AttributeValue{"a[": &types.AttributeValueMemberS{Value: "x"}})
+			return err
+		}, "key"},
 		{"data too large", func() error { _, err := m.Acquire(ctx, "k", lockcore.Data(make([]byte, 65<<10))); return err }, "data"},
 	}
 	for _, c := range cases {
