@@ -22,8 +22,6 @@ func (b *backoff) next() time.Duration {
 	return time.Duration(rand.Int64N(int64(d)) + 1)
 }
 
-func (b *backoff) reset() { b.n = 0 }
-
 // sleep waits d or until ctx ends.
 func sleep(ctx context.Context, d time.Duration) error {
 	if d <= 0 {

@@ -29,7 +29,16 @@ var (
 	ErrConflict = errors.New("lockcore: optimistic update conflict")
 	// ErrItemNotFound means a locking read required an existing item and there was none.
 	ErrItemNotFound = errors.New("lockcore: item not found")
+	// ErrUnknownOutcome means a write failed ambiguously (a timeout, reset or 5xx after
+	// the request may have reached DynamoDB) and no re-read could tell whether it landed,
+	// because other writers changed the item since. On a lease it comes with ErrLeaseLost:
+	// the caller must assume both that the write may have happened and that the lease is
+	// gone.
+	ErrUnknownOutcome = errors.New("lockcore: outcome of write unknown")
 )
+
+// errLostUnknown matches both ErrLeaseLost and ErrUnknownOutcome.
+var errLostUnknown = fmt.Errorf("%w; %w", ErrLeaseLost, ErrUnknownOutcome)
 
 // Holder describes the current holder of a lock as last seen in the table.
 type Holder struct {

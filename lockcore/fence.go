@@ -107,6 +107,12 @@ func (m *Mutex) startEpoch(ctx context.Context, key, ns, leaseID string) (int64,
 // seen; a holder that lost its lease and wakes up later then cannot overwrite the work
 // of a newer holder.
 //
+// Fencing the write alone does not protect a read-modify-write: a paused holder (token
+// 5) and the next holder (token 6) may both read n and, if 6 has not written yet, 5's
+// write of n+1 passes and 6's write of n+1 follows. Register the token at the read too
+// (write it to the item when reading, conditioned the same way), or use the locking read
+// (ItemLocker), whose write is conditioned on the lease itself.
+//
 //	cond := lockcore.FenceCondition("fence", lease.Token())
 //	upd  := lockcore.FenceUpdate(expression.Set(...), "fence", lease.Token())
 func FenceCondition(attr string, token Fence) expression.ConditionBuilder {

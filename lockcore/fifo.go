@@ -481,7 +481,8 @@ func (q *Queue) release(ctx context.Context, l *Lease) error {
 		case errCondition:
 			old, _ := conditionOld(err)
 			if old == nil && uncertain {
-				return nil // our earlier attempt deleted it
+				// Gone: deleted by our earlier attempt, or evicted as dead before it.
+				return &LeaseError{Op: "release", Key: l.key, LeaseID: l.id, Err: errLostUnknown}
 			}
 			return q.classifyOld("release", l, old)
 		case errFatal:

@@ -222,7 +222,7 @@ func FuzzKeys(f *testing.F) {
 		if types8&0x80 == 0 {
 			ikey[nameB] = val(types8>>2, valB)
 		}
-		lockAttrs := []string{"lockedBy", "lockTime", "lockOwner", "lockUntil", "lockLeaseMs", "lockRev", "lockFence"}
+		lockAttrs := []string{"lockedBy", "lockTime", "lockOwner", "lockUntil", "lockLeaseMs", "lockRev", "lockFence", "lockWrite"}
 		itemValid := len(ikey) >= 1 && len(ikey) <= 2
 		names := accepted
 		for name, v := range ikey {
@@ -240,7 +240,7 @@ func FuzzKeys(f *testing.F) {
 			default:
 				size = -1
 			}
-			if name == "" || size < 1 || size > lockcore.MaxPartitionKeyBytes || slices.Contains(lockAttrs, name) {
+			if name == "" || !utf8.ValidString(name) || size < 1 || size > lockcore.MaxPartitionKeyBytes || slices.Contains(lockAttrs, name) {
 				itemValid = false
 			}
 		}
@@ -415,13 +415,13 @@ func FuzzOptions(f *testing.F) {
 		if use&2048 != 0 {
 			names := strings.Split(itemAttrs, ",")
 			var a lockcore.ItemAttributes
-			fields := []*string{&a.LockedBy, &a.LockTime, &a.Owner, &a.Until, &a.LeaseMs, &a.Rev, &a.Fence}
+			fields := []*string{&a.LockedBy, &a.LockTime, &a.Owner, &a.Until, &a.LeaseMs, &a.Rev, &a.Fence, &a.Write}
 			seen := map[string]bool{}
 			for i, p := range fields {
 				if i < len(names) {
 					*p = names[i]
 				}
-				if *p == "" || seen[*p] {
+				if *p == "" || seen[*p] || !utf8.ValidString(*p) {
 					itemValid = false
 				}
 				if hasPathChars(*p) {
@@ -450,7 +450,7 @@ func FuzzOptions(f *testing.F) {
 		}
 		if use&16384 != 0 {
 			vopts = append(vopts, lockcore.VersionAttribute(versionAttr), nil)
-			verValid = verValid && versionAttr != ""
+			verValid = verValid && versionAttr != "" && utf8.ValidString(versionAttr) && versionAttr != "versionWriter"
 			if hasPathChars(versionAttr) {
 				verName = either
 			}

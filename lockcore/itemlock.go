@@ -23,16 +23,17 @@ type ItemAttributes struct {
 	LeaseMs  string // holder's lease duration in ms (default "lockLeaseMs")
 	Rev      string // lease version, +1 per acquisition and renewal (default "lockRev")
 	Fence    string // acquisitions of this item ever: the fencing token (default "lockFence")
+	Write    string // id of the last write made under a lease, to settle ambiguous writes (default "lockWrite")
 }
 
 // DefaultItemAttributes are the attribute names used unless WithItemAttributes says otherwise.
 var DefaultItemAttributes = ItemAttributes{
 	LockedBy: "lockedBy", LockTime: "lockTime", Owner: "lockOwner", Until: "lockUntil",
-	LeaseMs: "lockLeaseMs", Rev: "lockRev", Fence: "lockFence",
+	LeaseMs: "lockLeaseMs", Rev: "lockRev", Fence: "lockFence", Write: "lockWrite",
 }
 
 func (a ItemAttributes) all() []string {
-	return []string{a.LockedBy, a.LockTime, a.Owner, a.Until, a.LeaseMs, a.Rev, a.Fence}
+	return []string{a.LockedBy, a.LockTime, a.Owner, a.Until, a.LeaseMs, a.Rev, a.Fence, a.Write}
 }
 
 // ItemOption configures an ItemLocker.
@@ -395,13 +396,22 @@ func (il *ItemLocker) write(ctx context.Context, lease *ItemLease, update expres
 	if cond != nil {
 		c = expression.And(c, *cond)
 	}
-	u := update
+	// Every write carries a fresh id in the Write attribute: after an ambiguous failure
+	// the item itself says whether this write landed.
+	writeID := requestToken()
+	u := update.Set(name(il.attrs.Write), value(writeID))
 	if release {
-		u = il.unlock(update)
+		u = il.unlock(u)
 	}
 	e, err := expression.NewBuilder().WithCondition(c).WithUpdate(u).Build()
 	if err != nil {
 		return nil, invalidOption("update", "%v", err)
+	}
+	landed := func(it item) (item, error) {
+		if release {
+			l.finish(nil)
+		}
+		return il.strip(it, lease.ikey), nil
 	}
 	bo := backoff{base: il.cfg.backoffBase, cap: il.cfg.backoffCap}
 	for {
@@ -416,16 +426,16 @@ func (il *ItemLocker) write(ctx context.Context, lease *ItemLease, update expres
 			ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
 		}, noSDKRetry)
 		if err == nil {
-			if release {
-				l.finish(nil)
-			}
-			return il.strip(out.Attributes, lease.ikey), nil
+			return landed(out.Attributes)
 		}
 		switch classify(err) {
 		case errCondition:
 			old, ok := conditionOld(err)
 			if !ok {
 				old, _ = il.read(ctx, lease.ikey)
+			}
+			if attrS(old, il.attrs.Write) == writeID {
+				return landed(old) // an earlier attempt of this write landed
 			}
 			if attrS(old, il.attrs.LockedBy) == l.id && attrS(old, il.attrs.Owner) == l.owner {
 				return nil, fmt.Errorf("lockcore: %s %s: %w", op, l.key, ErrConditionFailed)
@@ -441,21 +451,21 @@ func (il *ItemLocker) write(ctx context.Context, lease *ItemLease, update expres
 			rctx, cancel := detached(ctx)
 			cur, rerr := il.read(rctx, lease.ikey)
 			cancel()
-			if rerr == nil && attrS(cur, il.attrs.LockedBy) != l.id {
-				// Either our write landed (and released the lock) or the lease was lost
-				// before it could. The fence tells: nobody acquired since us and the
-				// lock is free, so the release can only have been ours.
-				f, _ := attrN(cur, il.attrs.Fence)
-				if release && attrS(cur, il.attrs.LockedBy) == "" && Fence(f) == l.token {
-					l.finish(nil)
-					return il.strip(cur, lease.ikey), nil
+			if rerr == nil {
+				switch {
+				case attrS(cur, il.attrs.Write) == writeID:
+					return landed(cur)
+				case attrS(cur, il.attrs.LockedBy) == l.id:
+					// Still ours and not written: retry the same write.
+				default:
+					// The lease changed hands. Our write may have landed and been
+					// overwritten since, or never landed: nobody can tell.
+					lerr := &LeaseError{Op: op, Key: l.key, LeaseID: l.id, Current: il.holderOf(cur),
+						Err: fmt.Errorf("%w (last error: %v)", errLostUnknown, err)}
+					l.finish(lerr)
+					return nil, lerr
 				}
-				lerr := &LeaseError{Op: op, Key: l.key, LeaseID: l.id, Current: il.holderOf(cur),
-					Err: fmt.Errorf("%w (outcome of the write unknown: %v)", ErrLeaseLost, err)}
-				l.finish(lerr)
-				return nil, lerr
 			}
-			// Still ours: the write did not land (it releases atomically). Retry.
 		}
 		if serr := sleep(ctx, bo.next()); serr != nil {
 			return nil, fmt.Errorf("lockcore: %s %s: %w (last error: %v)", op, l.key, serr, err)
@@ -521,7 +531,10 @@ func (il *ItemLocker) renew(ctx context.Context, l *Lease) error {
 // release implements leaseOps: it removes the lock attributes, owner-checked.
 func (il *ItemLocker) release(ctx context.Context, l *Lease) error {
 	bo := backoff{base: il.cfg.backoffBase, cap: il.cfg.backoffCap}
-	e := expr(expression.NewBuilder().WithCondition(il.ownedBy(l)).WithUpdate(il.unlock(expression.UpdateBuilder{})))
+	releaseID := requestToken()
+	e := expr(expression.NewBuilder().WithCondition(il.ownedBy(l)).
+		WithUpdate(il.unlock(expression.Set(name(il.attrs.Write), value(releaseID)))))
+	uncertain := false
 	for {
 		_, err := il.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
 			TableName: aws.String(il.table), Key: l.ikey,
@@ -538,15 +551,18 @@ func (il *ItemLocker) release(ctx context.Context, l *Lease) error {
 			if !ok {
 				old, _ = il.read(ctx, l.ikey)
 			}
-			if attrS(old, il.attrs.LockedBy) == "" {
-				f, _ := attrN(old, il.attrs.Fence)
-				if l.token != 0 && Fence(f) == l.token {
-					return nil // our earlier attempt released it
-				}
+			if attrS(old, il.attrs.Write) == releaseID {
+				return nil // our earlier attempt released it
 			}
-			return il.classifyOld("release", l, old)
+			lerr := il.classifyOld("release", l, old)
+			if uncertain && errors.Is(lerr, ErrLeaseLost) {
+				lerr = &LeaseError{Op: "release", Key: l.key, LeaseID: l.id, Current: il.holderOf(old), Err: errLostUnknown}
+			}
+			return lerr
 		case errFatal:
 			return fmt.Errorf("lockcore: release %s: %w", l.key, err)
+		case errAmbiguous:
+			uncertain = true
 		}
 		if serr := sleep(ctx, bo.next()); serr != nil {
 			return fmt.Errorf("lockcore: release %s: %w (last error: %v)", l.key, serr, err)

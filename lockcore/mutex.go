@@ -2,6 +2,7 @@ package lockcore
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -27,6 +28,8 @@ const (
 	attrExpiresAt  = "expiresAt"  // TTL, seconds since the epoch
 	attrAcquiredAt = "acquiredAt" // ms since the epoch
 	attrData       = "data"       // caller's opaque data
+	attrPrevLease  = "prevLease"  // lease id the last acquisition replaced
+	attrPrevState  = "prevState"  // state the last acquisition found: released or held (a takeover)
 
 	stateHeld     = "held"
 	stateReleased = "released"
@@ -166,6 +169,8 @@ func (m *Mutex) attempt(ctx context.Context, key string, ac *acquireConfig, leas
 		Set(name(attrUntil), value(until.UnixMilli())).
 		Set(name(attrExpiresAt), value(ttlSeconds(until.Add(m.cfg.ttlGrace)))).
 		Set(name(attrAcquiredAt), value(now.UnixMilli())).
+		Set(name(attrPrevLease), expression.IfNotExists(name(attrLeaseID), value("-"))).
+		Set(name(attrPrevState), expression.IfNotExists(name(attrState), value("-"))).
 		Add(name(attrRev), value(1)).
 		Add(name(attrFence), value(1))
 	if ac.data != nil {
@@ -355,6 +360,7 @@ func (m *Mutex) renew(ctx context.Context, l *Lease) error {
 // release implements leaseOps.
 func (m *Mutex) release(ctx context.Context, l *Lease) error {
 	bo := backoff{base: m.cfg.backoffBase, cap: m.cfg.backoffCap}
+	uncertain := false // an earlier attempt may have landed
 	for {
 		now := m.cfg.clock.Now()
 		e := expr(expression.NewBuilder().
@@ -377,23 +383,47 @@ func (m *Mutex) release(ctx context.Context, l *Lease) error {
 		}
 		switch classify(err) {
 		case errCondition:
-			return m.leaseFailure(ctx, "release", l, err)
+			old, ok := conditionOld(err)
+			if !ok {
+				var rerr error
+				if old, rerr = m.read(ctx, l.key, l.namespace); rerr != nil {
+					return fmt.Errorf("lockcore: release %q: condition failed and re-read failed: %w", l.key, rerr)
+				}
+			}
+			return m.releaseOutcome(l, old, uncertain)
 		case errFatal:
 			return fmt.Errorf("lockcore: release %q: %w", l.key, err)
 		case errAmbiguous:
+			uncertain = true
 			rctx, cancel := detached(ctx)
 			cur, rerr := m.read(rctx, l.key, l.namespace)
 			cancel()
-			if rerr == nil {
-				if attrS(cur, attrLeaseID) != l.id || attrS(cur, attrState) != stateHeld {
-					return m.classifyOld("release", l, cur)
-				}
+			if rerr == nil && (attrS(cur, attrLeaseID) != l.id || attrS(cur, attrState) != stateHeld) {
+				return m.releaseOutcome(l, cur, uncertain)
 			}
 		}
 		if serr := sleep(ctx, bo.next()); serr != nil {
 			return fmt.Errorf("lockcore: release %q: %w (last error: %v)", l.key, serr, err)
 		}
 	}
+}
+
+// releaseOutcome decides a release from the row as it is now, the lease no longer held
+// under our id: released by us (possibly re-acquired since: prevLease says so), taken
+// over (ErrLeaseLost), or, after an ambiguous attempt with the row changed twice since,
+// unknowable.
+func (m *Mutex) releaseOutcome(l *Lease, cur item, uncertain bool) error {
+	if attrS(cur, attrPrevLease) == l.id && attrS(cur, attrLeaseID) != l.id {
+		if attrS(cur, attrPrevState) == stateReleased {
+			return nil // our release landed; someone acquired after it
+		}
+		return &LeaseError{Op: "release", Key: l.key, LeaseID: l.id, Current: holderOf(cur), Err: ErrLeaseLost}
+	}
+	err := m.classifyOld("release", l, cur)
+	if uncertain && errors.Is(err, ErrLeaseLost) {
+		return &LeaseError{Op: "release", Key: l.key, LeaseID: l.id, Current: holderOf(cur), Err: errLostUnknown}
+	}
+	return err
 }
 
 func (m *Mutex) ownedBy(l *Lease) expression.ConditionBuilder {

@@ -601,3 +601,21 @@ func TestObservationSpansCalls(t *testing.T) {
 	_, err = c.TryAcquire(ctx, "k2")
 	mustNot(t, err, lockcore.ErrLockHeld)
 }
+
+// An item written before versioning was adopted (no version attribute) can be updated.
+func TestVersionedAdoptsUnversionedItem(t *testing.T) {
+	e := newEnv(t)
+	ctx := ctxT(t, 30*time.Second)
+	it := dataKey("legacy")
+	it["n"] = &types.AttributeValueMemberN{Value: "7"}
+	if _, err := e.db.PutItem(ctx, &dynamodb.PutItemInput{TableName: aws.String(e.data), Item: it}); err != nil {
+		t.Fatal(err)
+	}
+	v, _ := lockcore.NewVersioned(e.db, e.data, fast("v"), lockcore.MaxAttempts(3))
+	_, ver, err := v.Update(ctx, dataKey("legacy"), func(cur map[string]types.AttributeValue) (map[string]types.AttributeValue, error) {
+		return map[string]types.AttributeValue{"n": &types.AttributeValueMemberN{Value: "8"}}, nil
+	})
+	if err != nil || ver != 1 {
+		t.Fatalf("Update of an unversioned item: version %d, %v", ver, err)
+	}
+}

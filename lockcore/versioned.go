@@ -4,16 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/expression"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 )
-
-// ErrUnknownOutcome means a write failed ambiguously (a timeout or 5xx) and a re-read
-// could not tell whether it landed, because another writer changed the item since.
-var ErrUnknownOutcome = errors.New("lockcore: outcome of write unknown")
 
 // ErrSkip, returned by a merge function, ends Versioned.Update without writing.
 var ErrSkip = errors.New("lockcore: skip write")
@@ -90,23 +87,55 @@ type MergeFunc func(current map[string]types.AttributeValue) (map[string]types.A
 // Update reads the item (strongly consistent), merges, and writes it conditioned on the
 // version read, retrying with backoff on conflict. It returns the written item and its
 // version. After MaxAttempts conflicts it returns ErrConflict.
+//
+// A write that fails ambiguously (timeout, reset, 5xx) is never blindly repeated: every
+// write carries a writer id, and later reads settle whether it landed. At most one of
+// the attempts lands, since they are all conditioned on the same version until a read
+// proves the earlier ones cannot land any more. When the item moved on too far to tell,
+// Update returns ErrUnknownOutcome.
 func (v *Versioned) Update(ctx context.Context, key map[string]types.AttributeValue, merge MergeFunc) (map[string]types.AttributeValue, int64, error) {
 	if len(key) == 0 {
 		return nil, 0, invalidKey("key", "must not be empty")
 	}
 	bo := backoff{base: v.cfg.backoffBase, cap: v.cfg.backoffCap}
-	for attempt := 1; ; attempt++ {
+	// Writers of ambiguous attempts, all conditioned on version pendingVer (-1: none).
+	var pending []string
+	pendingVer := int64(-1)
+	attempt := 0
+	for {
 		out, err := v.db.GetItem(ctx, &dynamodb.GetItemInput{
 			TableName: aws.String(v.table), Key: key, ConsistentRead: aws.Bool(true),
 		})
 		if err != nil {
+			if classify(err) != errFatal && ctx.Err() == nil {
+				if serr := sleep(ctx, bo.next()); serr == nil {
+					continue
+				}
+			}
+			if len(pending) > 0 {
+				return nil, 0, fmt.Errorf("%w: versioned read after an ambiguous write: %v", ErrUnknownOutcome, err)
+			}
 			return nil, 0, fmt.Errorf("lockcore: versioned read: %w", err)
 		}
 		cur := out.Item
-		ver, _ := attrN(cur, v.versionAttr)
+		ver, hasVer := attrN(cur, v.versionAttr)
+		if len(pending) > 0 {
+			switch w := attrS(cur, v.writerAttr); {
+			case slices.Contains(pending, w):
+				return v.strip(cur), ver, nil // an ambiguous attempt of ours landed
+			case ver == pendingVer:
+				// Not landed yet; the next attempt has the same condition, so at most
+				// one of them can.
+			case ver == pendingVer+1:
+				pending, pendingVer = nil, -1 // someone else wrote that version: ours cannot land
+			default:
+				return nil, 0, fmt.Errorf("%w: version moved from %d to %d after an ambiguous write", ErrUnknownOutcome, pendingVer, ver)
+			}
+		}
+		attempt++
 		next, err := merge(cur)
 		if errors.Is(err, ErrSkip) {
-			return cur, ver, nil
+			return v.strip(cur), ver, nil
 		}
 		if err != nil {
 			return nil, 0, err
@@ -125,7 +154,7 @@ func (v *Versioned) Update(ctx context.Context, key map[string]types.AttributeVa
 		put[v.versionAttr] = n(ver + 1)
 		put[v.writerAttr] = s(writer)
 		cond := expression.Equal(name(v.versionAttr), value(ver))
-		if cur == nil {
+		if !hasVer {
 			cond = expression.AttributeNotExists(name(v.versionAttr))
 		}
 		e := expr(expression.NewBuilder().WithCondition(cond))
@@ -134,32 +163,36 @@ func (v *Versioned) Update(ctx context.Context, key map[string]types.AttributeVa
 			ConditionExpression: e.Condition(), ExpressionAttributeNames: e.Names(), ExpressionAttributeValues: e.Values(),
 		}, noSDKRetry)
 		if err == nil {
-			delete(put, v.writerAttr)
-			return put, ver + 1, nil
+			return v.strip(put), ver + 1, nil
 		}
 		switch classify(err) {
 		case errFatal:
+			if len(pending) > 0 {
+				return nil, 0, fmt.Errorf("%w: %v", ErrUnknownOutcome, err)
+			}
 			return nil, 0, fmt.Errorf("lockcore: versioned write: %w", err)
 		case errAmbiguous:
-			rctx, cancel := detached(ctx)
-			r, rerr := v.db.GetItem(rctx, &dynamodb.GetItemInput{TableName: aws.String(v.table), Key: key, ConsistentRead: aws.Bool(true)})
-			cancel()
-			if rerr == nil {
-				now, _ := attrN(r.Item, v.versionAttr)
-				switch {
-				case attrS(r.Item, v.writerAttr) == writer:
-					delete(put, v.writerAttr)
-					return put, ver + 1, nil // it landed
-				case now != ver:
-					return nil, 0, fmt.Errorf("%w: version moved from %d to %d: %v", ErrUnknownOutcome, ver, now, err)
-				}
-			}
+			pending, pendingVer = append(pending, writer), ver
+			continue // the next read settles it
 		}
-		if attempt >= v.maxAttempts {
+		if attempt >= v.maxAttempts && len(pending) == 0 {
 			return nil, 0, fmt.Errorf("%w: %d attempts: %v", ErrConflict, attempt, err)
 		}
 		if serr := sleep(ctx, bo.next()); serr != nil {
+			if len(pending) > 0 {
+				return nil, 0, fmt.Errorf("%w: %v", ErrUnknownOutcome, serr)
+			}
 			return nil, 0, fmt.Errorf("lockcore: versioned update: %w", serr)
 		}
 	}
+}
+
+func (v *Versioned) strip(it item) item {
+	out := make(item, len(it))
+	for k, val := range it {
+		if k != v.writerAttr {
+			out[k] = val
+		}
+	}
+	return out
 }

@@ -121,6 +121,9 @@ func (c *config) waitFor(ctx context.Context, key, obsKey string, p WaitPolicy, 
 				if r := obs.since.Add(obs.lease).Sub(now); r >= 0 && r < d {
 					d = r + time.Millisecond
 				}
+				// Look often enough to see the holder's last renewal soon after it
+				// lands: the takeover clock starts when we first see it.
+				d = min(d, max(obs.lease/10, c.backoffBase))
 			}
 		}
 		if !p.forever {

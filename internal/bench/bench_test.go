@@ -1,0 +1,411 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"encoding/xml"
+	"errors"
+	"io"
+	"math"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/aws/smithy-go"
+)
+
+func TestJain(t *testing.T) {
+	for _, c := range []struct {
+		xs   []int
+		want float64
+	}{
+		{[]int{5, 5, 5, 5}, 1},
+		{[]int{8, 0, 0, 0}, 0.25},
+		{[]int{2, 1}, 0.9},
+		{[]int{0, 0}, 0},
+	} {
+		if got := Jain(c.xs); math.Abs(got-c.want) > 1e-9 {
+			t.Errorf("Jain(%v) = %v, want %v", c.xs, got, c.want)
+		}
+	}
+}
+
+func TestPercentile(t *testing.T) {
+	var ds []time.Duration
+	for i := 100; i >= 1; i-- {
+		ds = append(ds, time.Duration(i)*time.Millisecond)
+	}
+	if got := Percentile(ds, 50); got != 50*time.Millisecond {
+		t.Errorf("p50 = %v", got)
+	}
+	if got := Percentile(ds, 99); got != 99*time.Millisecond {
+		t.Errorf("p99 = %v", got)
+	}
+	if got := Percentile(ds, 100); got != 100*time.Millisecond {
+		t.Errorf("p100 = %v", got)
+	}
+	if got := Percentile(nil, 50); got != 0 {
+		t.Errorf("p50 of nothing = %v", got)
+	}
+	if ds[0] != 100*time.Millisecond {
+		t.Error("Percentile sorted its argument")
+	}
+}
+
+func TestHandoffsAndOverlap(t *testing.T) {
+	t0 := time.Unix(0, 0)
+	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+	var tl Timeline
+	tl.Add(Interval{Start: at(30), End: at(40)})
+	tl.Add(Interval{Start: at(0), End: at(10)})
+	tl.Add(Interval{Start: at(12), End: at(25)})
+	tl.Add(Interval{Start: at(20), End: at(28)}) // overlaps the previous: no sample
+	got := Handoffs(tl.Intervals())
+	want := []time.Duration{2 * time.Millisecond, 2 * time.Millisecond}
+	if len(got) != len(want) || got[0] != want[0] || got[1] != want[1] {
+		t.Errorf("Handoffs = %v, want %v", got, want)
+	}
+
+	var o Overlap
+	if o.Enter() {
+		t.Error("first holder saw another")
+	}
+	if !o.Enter() {
+		t.Error("second holder saw nobody")
+	}
+	o.Exit()
+	o.Exit()
+	if o.Enter() {
+		t.Error("holder after both left saw another")
+	}
+	if o.Events() != 1 {
+		t.Errorf("Events = %d, want 1", o.Events())
+	}
+}
+
+// echoServer echoes every connection until EOF, then closes it.
+func echoServer(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				_, _ = io.Copy(c, c)
+			}()
+		}
+	}()
+	return ln.Addr().String()
+}
+
+func TestDelayProxy(t *testing.T) {
+	const rtt = 20 * time.Millisecond
+	p, err := NewDelayProxy(echoServer(t), rtt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	c, err := net.Dial("tcp", p.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+
+	// A small round trip takes at least the RTT the proxy adds.
+	start := time.Now()
+	if _, err := c.Write([]byte("ping")); err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 4)
+	if _, err := io.ReadFull(c, buf); err != nil {
+		t.Fatal(err)
+	}
+	if took := time.Since(start); took < rtt {
+		t.Errorf("round trip took %v, less than the added %v", took, rtt)
+	}
+	if string(buf) != "ping" {
+		t.Errorf("echo = %q", buf)
+	}
+
+	// A large payload arrives intact, streamed while earlier chunks are delayed.
+	payload := bytes.Repeat([]byte("0123456789abcdef"), 64<<10)
+	go func() { _, _ = c.Write(payload) }()
+	got := make([]byte, len(payload))
+	_ = c.SetReadDeadline(time.Now().Add(30 * time.Second))
+	if _, err := io.ReadFull(c, got); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, payload) {
+		t.Errorf("payload of %d bytes came back as %d bytes, or changed", len(payload), len(got))
+	}
+}
+
+func TestDelayProxyCloseEndsConnections(t *testing.T) {
+	p, err := NewDelayProxy(echoServer(t), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := net.Dial("tcp", p.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := c.Write([]byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.ReadFull(c, make([]byte, 1)); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- p.Close() }()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("Close did not return with a connection open")
+	}
+	_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if _, err := c.Read(make([]byte, 1)); err == nil {
+		t.Error("connection still open after Close")
+	}
+}
+
+// fakeDB answers every call with the configured output or error.
+type fakeDB struct {
+	err      error
+	units    *float64 // ConsumedCapacity the engine reports
+	item     map[string]types.AttributeValue
+	transact []types.ConsumedCapacity
+}
+
+func (f *fakeDB) cc() *types.ConsumedCapacity {
+	if f.units == nil {
+		return nil
+	}
+	return &types.ConsumedCapacity{CapacityUnits: f.units}
+}
+
+func (f *fakeDB) GetItem(context.Context, *dynamodb.GetItemInput, ...func(*dynamodb.Options)) (*dynamodb.GetItemOutput, error) {
+	if f.err != nil {
+		return nil, f.err
+	}
+	return &dynamodb.GetItemOutput{Item: f.item, ConsumedCapacity: f.cc()}, nil
+}
+
+func (f *fakeDB) PutItem(context.Context, *dynamodb.PutItemInput, ...func(*dynamodb.Options)) (*dynamodb.PutItemOutput, error) {
+	if f.err != nil {
+		return nil, f.err
+	}
+	return &dynamodb.PutItemOutput{ConsumedCapacity: f.cc()}, nil
+}
+
+func (f *fakeDB) UpdateItem(context.Context, *dynamodb.UpdateItemInput, ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error) {
+	if f.err != nil {
+		return nil, f.err
+	}
+	return &dynamodb.UpdateItemOutput{ConsumedCapacity: f.cc()}, nil
+}
+
+func (f *fakeDB) DeleteItem(context.Context, *dynamodb.DeleteItemInput, ...func(*dynamodb.Options)) (*dynamodb.DeleteItemOutput, error) {
+	if f.err != nil {
+		return nil, f.err
+	}
+	return &dynamodb.DeleteItemOutput{ConsumedCapacity: f.cc()}, nil
+}
+
+func (f *fakeDB) Query(context.Context, *dynamodb.QueryInput, ...func(*dynamodb.Options)) (*dynamodb.QueryOutput, error) {
+	if f.err != nil {
+		return nil, f.err
+	}
+	return &dynamodb.QueryOutput{Items: []map[string]types.AttributeValue{f.item}, ConsumedCapacity: f.cc()}, nil
+}
+
+func (f *fakeDB) TransactWriteItems(context.Context, *dynamodb.TransactWriteItemsInput, ...func(*dynamodb.Options)) (*dynamodb.TransactWriteItemsOutput, error) {
+	if f.err != nil {
+		return nil, f.err
+	}
+	return &dynamodb.TransactWriteItemsOutput{ConsumedCapacity: f.transact}, nil
+}
+
+func TestCountingCapacity(t *testing.T) {
+	ctx := context.Background()
+	two := 2.0
+	big := map[string]types.AttributeValue{"data": &types.AttributeValueMemberS{Value: strings.Repeat("x", 5000)}}
+	twoItems := &dynamodb.TransactWriteItemsInput{TransactItems: make([]types.TransactWriteItem, 2)}
+	for _, c := range []struct {
+		name     string
+		db       *fakeDB
+		call     func(d *CountingDB) error
+		wcu, rcu float64
+		fails    int64
+	}{
+		{"write: engine's figure", &fakeDB{units: &two}, func(d *CountingDB) error {
+			_, err := d.PutItem(ctx, &dynamodb.PutItemInput{})
+			return err
+		}, 2, 0, 0},
+		{"write: at least 1", &fakeDB{}, func(d *CountingDB) error {
+			_, err := d.DeleteItem(ctx, &dynamodb.DeleteItemInput{})
+			return err
+		}, 1, 0, 0},
+		{"failed condition: 1 WCU", &fakeDB{err: &types.ConditionalCheckFailedException{}}, func(d *CountingDB) error {
+			_, err := d.UpdateItem(ctx, &dynamodb.UpdateItemInput{})
+			return err
+		}, 1, 0, 1},
+		{"throttled: nothing", &fakeDB{err: &smithy.GenericAPIError{Code: "ThrottlingException"}}, func(d *CountingDB) error {
+			_, err := d.UpdateItem(ctx, &dynamodb.UpdateItemInput{})
+			return err
+		}, 0, 0, 0},
+		{"transaction: twice the engine's figure", &fakeDB{transact: []types.ConsumedCapacity{{CapacityUnits: &two}}}, func(d *CountingDB) error {
+			_, err := d.TransactWriteItems(ctx, twoItems)
+			return err
+		}, 4, 0, 0},
+		{"cancelled transaction: 2 per item", &fakeDB{err: &types.TransactionCanceledException{
+			CancellationReasons: []types.CancellationReason{{Code: aws.String("ConditionalCheckFailed")}, {Code: aws.String("None")}},
+		}}, func(d *CountingDB) error {
+			_, err := d.TransactWriteItems(ctx, twoItems)
+			return err
+		}, 4, 0, 1},
+		{"consistent read: engine's figure", &fakeDB{units: &two}, func(d *CountingDB) error {
+			_, err := d.GetItem(ctx, &dynamodb.GetItemInput{ConsistentRead: aws.Bool(true)})
+			return err
+		}, 0, 2, 0},
+		{"consistent read: computed per 4 KB", &fakeDB{item: big}, func(d *CountingDB) error {
+			_, err := d.Query(ctx, &dynamodb.QueryInput{ConsistentRead: aws.Bool(true)})
+			return err
+		}, 0, 2, 0},
+		{"eventually consistent read: half", &fakeDB{item: big}, func(d *CountingDB) error {
+			_, err := d.GetItem(ctx, &dynamodb.GetItemInput{})
+			return err
+		}, 0, 1, 0},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			d := &CountingDB{Next: c.db, C: &Counters{}}
+			err := c.call(d)
+			if (err != nil) != (c.db.err != nil) || (err != nil && !errors.Is(err, c.db.err) && !errors.As(err, new(*types.TransactionCanceledException))) {
+				t.Fatalf("call error = %v, want %v", err, c.db.err)
+			}
+			u := d.C.Snapshot()
+			if u.Calls != 1 || u.WCU != c.wcu || u.RCU != c.rcu || u.CondFails != c.fails {
+				t.Errorf("usage = %+v, want 1 call, %v WCU, %v RCU, %d condition failures", u, c.wcu, c.rcu, c.fails)
+			}
+		})
+	}
+}
+
+func sampleResults() *Results {
+	r := &Results{
+		Generated: time.Unix(0, 0).UTC(),
+		Params:    Params{RTTs: []float64{0, 5}, TargetRTTms: 5, Duration: "20s"},
+	}
+	hot := func(s string, eff, jain, cu float64, starved int, baseline bool) Record {
+		return Record{Strategy: s, Scenario: ScenarioHotKey, RTTms: 5, Workers: 16, Baseline: baseline,
+			Efficiency: fp(eff), Jain: fp(jain), LockCUPerCS: fp(cu), Starved: ip(starved), RCUPerCS: fp(cu)}
+	}
+	r.Records = []Record{
+		{Strategy: "mutex", Scenario: ScenarioUncontended, RTTms: 5, Workers: 1, CallsPerCS: fp(2)},
+		{Strategy: "lockingread", Scenario: ScenarioUncontended, RTTms: 5, Workers: 1, CallsPerCS: fp(2.5)},
+		hot("mutex", 0.95, 0.5, 3, 2, false),
+		hot("queue", 0.85, 0.995, 6, 0, false),
+		hot("versioned", 3, 1, 0, 0, false), // not a lock: never "best"
+		hot("published-lockingread", 1, 1, 1, 0, true),
+		{Strategy: "mutex", Scenario: ScenarioBurst, RTTms: 5, Workers: 16, DoubleHolders: i64p(0)},
+		{Strategy: "published-fifo", Scenario: ScenarioBurst, RTTms: 5, Workers: 16, Baseline: true, DoubleHolders: i64p(3)},
+		{Strategy: "mutex", Scenario: ScenarioTakeover, RTTms: 5, Workers: 2, TakeoverMode: "observe",
+			TakeoverMs: fp(3400), LeaseMs: fp(3000), EarlyTakeovers: ip(0)},
+	}
+	return r
+}
+
+func TestEvaluate(t *testing.T) {
+	r := sampleResults()
+	r.Evaluate(5, 3*time.Second)
+	if r.Best != "queue" {
+		t.Errorf("best = %q, want queue (meets 2 of 4 hot-key targets, like mutex, with higher efficiency × Jain)", r.Best)
+	}
+	want := map[string]bool{
+		"uncontended calls per cycle/mutex":                     true,
+		"uncontended calls per cycle/lockingread":               false,
+		"hot key N=16 (best lockcore): efficiency/queue":        false,
+		"hot key N=16 (best lockcore): Jain/queue":              true,
+		"hot key N=16 (best lockcore): lock CU per CS/queue":    false,
+		"hot key N=16 FIFO queue: efficiency/queue":             true,
+		"hot key N=16 FIFO queue: Jain/queue":                   true,
+		"hot key N=16 FIFO queue: RCU per CS/queue":             false,
+		"burst: double holders/mutex":                           true,
+		"takeover ms (longest trial)/mutex":                     false,
+		"takeover: waiter in while holder valid (safety)/mutex": true,
+	}
+	got := map[string]bool{}
+	for _, tg := range r.Targets {
+		got[tg.Name+"/"+tg.Strategy] = tg.Pass
+	}
+	for k, v := range want {
+		if p, ok := got[k]; !ok || p != v {
+			t.Errorf("target %s: pass = %v (present %v), want %v", k, p, ok, v)
+		}
+	}
+	if _, ok := got["burst: double holders/published-fifo"]; ok {
+		t.Error("a published design was held to lockcore's burst target")
+	}
+}
+
+func TestChartAndMarkdown(t *testing.T) {
+	r := sampleResults()
+	r.Evaluate(5, 3*time.Second)
+	svg := r.Chart()
+	dec := xml.NewDecoder(strings.NewReader(svg))
+	for {
+		_, err := dec.Token()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatalf("chart is not well-formed XML: %v", err)
+		}
+	}
+	for _, s := range []string{"<svg", "mutex", "queue", "published-lockingread †", "target 0.9"} {
+		if !strings.Contains(svg, s) {
+			t.Errorf("chart lacks %q", s)
+		}
+	}
+	md := r.Markdown(Strategies())
+	for _, s := range []string{"## Targets", "![", ChartFile, "## Hot key", "## Burst safety", "## Takeover", "PASS", "MISS"} {
+		if !strings.Contains(md, s) {
+			t.Errorf("RESULTS.md lacks %q", s)
+		}
+	}
+}
+
+func TestSelectStrategies(t *testing.T) {
+	all, err := SelectStrategies("all")
+	if err != nil || len(all) != len(Strategies())-1 {
+		t.Fatalf("all: %d strategies, %v", len(all), err)
+	}
+	for _, s := range all {
+		if s.Proposal {
+			t.Errorf("all includes the prototype %s", s.Name)
+		}
+	}
+	more, err := SelectStrategies("all,proposal-ticket,mutex")
+	if err != nil || len(more) != len(Strategies()) {
+		t.Fatalf("all,proposal-ticket,mutex: %d strategies, %v", len(more), err)
+	}
+	two, err := SelectStrategies("queue, mutex")
+	if err != nil || len(two) != 2 || two[0].Name != "queue" || two[1].Name != "mutex" {
+		t.Fatalf("queue, mutex: %v, %v", two, err)
+	}
+	if _, err := SelectStrategies("mutex,nope"); err == nil {
+		t.Error("unknown strategy accepted")
+	}
+}

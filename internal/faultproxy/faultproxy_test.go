@@ -1,0 +1,234 @@
+package faultproxy_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/aws/smithy-go"
+
+	"github.com/turnstile-locks/turnstile/internal/ddblocal"
+	"github.com/turnstile-locks/turnstile/internal/faultproxy"
+	"github.com/turnstile-locks/turnstile/internal/testenv"
+)
+
+func TestMain(m *testing.M) { testenv.Main(m) }
+
+func start(t *testing.T, f faultproxy.Faults) *faultproxy.Proxy {
+	t.Helper()
+	p, err := faultproxy.Start(testenv.Endpoint(), 1, f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := p.Close(); err != nil {
+			t.Error(err)
+		}
+	})
+	return p
+}
+
+// client talks through the proxy without SDK retries, so every fault is seen.
+func client(t *testing.T, p *faultproxy.Proxy) *dynamodb.Client {
+	t.Helper()
+	c, err := ddblocal.NewClient(context.Background(), p.Endpoint(), func(o *dynamodb.Options) { o.RetryMaxAttempts = 1 })
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func key(id string) map[string]types.AttributeValue {
+	return map[string]types.AttributeValue{
+		"pk": &types.AttributeValueMemberS{Value: id},
+		"sk": &types.AttributeValueMemberS{Value: "STOCK"},
+	}
+}
+
+func put(ctx context.Context, c *dynamodb.Client, table, id string) error {
+	_, err := c.PutItem(ctx, &dynamodb.PutItemInput{TableName: aws.String(table), Item: key(id)})
+	return err
+}
+
+func exists(t *testing.T, table, id string) bool {
+	t.Helper()
+	out, err := testenv.Client(t).GetItem(context.Background(), &dynamodb.GetItemInput{
+		TableName: aws.String(table), Key: key(id), ConsistentRead: aws.Bool(true),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out.Item != nil
+}
+
+func only(kind string, rate float64) faultproxy.Faults {
+	f := faultproxy.NoFaults()
+	f.Rates[kind] = rate
+	f.StallFor = 400 * time.Millisecond
+	return f
+}
+
+// Each fault kind, at rate 1, shows the client the failure it stands for and leaves the
+// engine applied or not as the kind says.
+func TestFaultKinds(t *testing.T) {
+	table := testenv.Table(t, "InventoryTable")
+	cases := []struct {
+		kind     string
+		code     string // API error code the client sees ("" = a transport error)
+		status   int
+		applied  bool
+		deadline time.Duration // client timeout for the call (0 = none)
+	}{
+		{faultproxy.KindThroughputExceeded, "ProvisionedThroughputExceededException", 400, false, 0},
+		{faultproxy.KindThrottling, "ThrottlingException", 400, false, 0},
+		{faultproxy.KindInternalError, "InternalServerError", 500, false, 0},
+		{faultproxy.KindInternalErrorApplied, "InternalServerError", 500, true, 0},
+		{faultproxy.KindDropResponse, "", 0, true, 0},
+		{faultproxy.KindResetRequest, "", 0, false, 0},
+		{faultproxy.KindResetResponse, "", 0, true, 0},
+		{faultproxy.KindStall, "", 0, true, 100 * time.Millisecond},
+	}
+	for _, c := range cases {
+		t.Run(c.kind, func(t *testing.T) {
+			p := start(t, only(c.kind, 1))
+			db := client(t, p)
+			ctx := context.Background()
+			if c.deadline > 0 {
+				var cancel context.CancelFunc
+				ctx, cancel = context.WithTimeout(ctx, c.deadline)
+				defer cancel()
+			}
+			id := "item-" + c.kind
+			err := put(ctx, db, table, id)
+			if err == nil {
+				t.Fatal("call succeeded through a rate-1 fault")
+			}
+			var api smithy.APIError
+			switch {
+			case c.code != "":
+				if !errors.As(err, &api) || api.ErrorCode() != c.code {
+					t.Fatalf("want API error %s, got %v", c.code, err)
+				}
+				var re interface{ HTTPStatusCode() int }
+				if !errors.As(err, &re) || re.HTTPStatusCode() != c.status {
+					t.Fatalf("want HTTP %d, got %v", c.status, err)
+				}
+			case errors.As(err, &api):
+				t.Fatalf("want a transport error, got API error %v", err)
+			}
+			if err := p.Close(); err != nil { // waits for stalled requests to land
+				t.Fatal(err)
+			}
+			if got := exists(t, table, id); got != c.applied {
+				t.Fatalf("applied = %v, want %v (error: %v)", got, c.applied, err)
+			}
+			counts := p.Counts()
+			for _, k := range faultproxy.Kinds {
+				want := int64(0)
+				if k == c.kind {
+					want = 1
+				}
+				// A reset fires per chunk: a request written in two chunks has a
+				// second chance only if the first passed, so exactly one still holds.
+				if counts[k] != want {
+					t.Errorf("count[%s] = %d, want %d", k, counts[k], want)
+				}
+			}
+		})
+	}
+}
+
+func TestPassThroughAndLatency(t *testing.T) {
+	table := testenv.Table(t, "InventoryTable")
+	f := faultproxy.NoFaults()
+	f.Latency = 40 * time.Millisecond
+	p := start(t, f)
+	db := client(t, p)
+	ctx := context.Background()
+	for i := range 5 {
+		begin := time.Now()
+		if err := put(ctx, db, table, fmt.Sprint("k", i)); err != nil {
+			t.Fatal(err)
+		}
+		if d := time.Since(begin); d < 40*time.Millisecond {
+			t.Errorf("call took %s, want ≥ 40ms of injected latency", d)
+		}
+	}
+	for k, n := range p.Counts() {
+		if n != 0 {
+			t.Errorf("count[%s] = %d without faults", k, n)
+		}
+	}
+	if p.Requests() != 5 {
+		t.Errorf("requests = %d, want 5", p.Requests())
+	}
+}
+
+// A mixed run: the counts add up to roughly the configured rates, and every request the
+// client saw succeed really landed.
+func TestMixedRates(t *testing.T) {
+	table := testenv.Table(t, "InventoryTable")
+	f := faultproxy.AllFaults()
+	f = f.Scaled(10) // ~half the requests fail one way or another
+	f.StallFor = 50 * time.Millisecond
+	p := start(t, f)
+	db := client(t, p)
+	ctx := context.Background()
+	const n = 300
+	var ok int
+	for i := range n {
+		id := fmt.Sprint("m", i)
+		if err := put(ctx, db, table, id); err == nil {
+			ok++
+			if !exists(t, table, id) {
+				t.Fatalf("%s acknowledged but not applied", id)
+			}
+		}
+	}
+	var total int64
+	for _, c := range p.Counts() {
+		total += c
+	}
+	t.Logf("%d/%d ok; faults %v", ok, n, p.Counts())
+	if total < n/4 || ok < n/4 {
+		t.Fatalf("faults %d, ok %d of %d: rates far off", total, ok, n)
+	}
+}
+
+func TestParseFaults(t *testing.T) {
+	f, err := faultproxy.ParseFaults("none,throttling=0.25,latency=10ms,jitter=2ms")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f.Rates[faultproxy.KindThrottling] != 0.25 || f.Latency != 10*time.Millisecond || f.Jitter != 2*time.Millisecond {
+		t.Fatalf("parsed %+v", f)
+	}
+	all, err := faultproxy.ParseFaults("all")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range faultproxy.Kinds {
+		if all.Rates[k] <= 0 {
+			t.Errorf("all: %s off", k)
+		}
+	}
+	again, err := faultproxy.ParseFaults(all.String())
+	if err != nil || again.String() != all.String() {
+		t.Fatalf("round trip: %q -> %q, %v", all.String(), again.String(), err)
+	}
+	scaled, _ := faultproxy.ParseFaults("all,scale=2,stall=0")
+	if scaled.Rates[faultproxy.KindThrottling] != 2*all.Rates[faultproxy.KindThrottling] || scaled.Rates[faultproxy.KindStall] != 0 {
+		t.Fatalf("scale: %v", scaled)
+	}
+	for _, bad := range []string{"bogus", "throttling=2", "latency=-1s", "nope=0.1", "drop_response=0.6,throttling=0.6"} {
+		if _, err := faultproxy.ParseFaults(bad); err == nil || !strings.Contains(err.Error(), "fault") {
+			t.Errorf("%q: want an error, got %v", bad, err)
+		}
+	}
+}
