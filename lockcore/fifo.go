@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	mrand "math/rand/v2"
 	"sync"
 
 	"fmt"
@@ -189,7 +190,13 @@ func (q *Queue) enqueue(ctx context.Context, key, ns, leaseID string) (int64, ti
 			var tce *types.TransactionCanceledException
 			if errors.As(err, &tce) && len(tce.CancellationReasons) > 0 {
 				if v, ok := attrN(tce.CancellationReasons[0].Item, attrNext); ok && v > cur {
+					// Try the next number after a short jittered pause: retrying at
+					// once makes a burst of waiters collide again and again, each
+					// failed transaction costing write capacity.
 					cur = v
+					if serr := sleep(ctx, time.Duration(mrand.Int64N(int64(q.cfg.backoffBase)))+time.Millisecond); serr != nil {
+						return 0, time.Time{}, fmt.Errorf("lockcore: queue %q: %w (last error: %v)", key, serr, err)
+					}
 					continue
 				}
 			}
