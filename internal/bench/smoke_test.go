@@ -17,7 +17,7 @@ func TestMain(m *testing.M) { testenv.Main(m) }
 // hold their safety properties; it makes no claim about speed.
 func TestSmoke(t *testing.T) {
 	if testing.Short() {
-		t.Skip("engine smoke test")
+		t.Skip("engine smoke test: skipped in -short mode")
 	}
 	tables := testenv.Tables(t, "LockTable", "InventoryTable")
 	client := testenv.Client(t)
