@@ -151,3 +151,19 @@ func sortedKeys(it item) []string {
 	slices.Sort(keys)
 	return keys
 }
+
+// conditionalUpdate is the shape of every conditional UpdateItem lockcore sends: the
+// expression's condition and update, and the old item back when the condition fails, so
+// the caller learns the holder without a second read.
+func conditionalUpdate(table string, key item, e expression.Expression, rv types.ReturnValue) *dynamodb.UpdateItemInput {
+	return &dynamodb.UpdateItemInput{
+		TableName:                           aws.String(table),
+		Key:                                 key,
+		ConditionExpression:                 e.Condition(),
+		UpdateExpression:                    e.Update(),
+		ExpressionAttributeNames:            e.Names(),
+		ExpressionAttributeValues:           e.Values(),
+		ReturnValues:                        rv,
+		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
+	}
+}

@@ -70,15 +70,7 @@ func (m *Mutex) startEpoch(ctx context.Context, key, ns, leaseID string) (int64,
 		WithUpdate(expression.Set(name(attrEpoch), value(epoch))))
 	bo := backoff{base: m.cfg.backoffBase, cap: m.cfg.backoffCap}
 	for {
-		_, err = m.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
-			TableName:                           aws.String(m.table),
-			Key:                                 m.keyOf(key, ns),
-			ConditionExpression:                 e.Condition(),
-			UpdateExpression:                    e.Update(),
-			ExpressionAttributeNames:            e.Names(),
-			ExpressionAttributeValues:           e.Values(),
-			ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
-		}, noSDKRetry)
+		_, err = m.db.UpdateItem(ctx, conditionalUpdate(m.table, m.keyOf(key, ns), e, types.ReturnValueNone), noSDKRetry)
 		if err == nil {
 			return epoch, nil
 		}

@@ -441,12 +441,7 @@ func (q *Queue) renew(ctx context.Context, l *Lease) error {
 				Set(name(attrUntil), value(until.UnixMilli())).
 				Set(name(attrExpiresAt), value(ttlSeconds(until.Add(q.cfg.ttlGrace)))).
 				Add(name(attrRev), value(1))))
-		_, err := q.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
-			TableName: aws.String(q.table), Key: q.rowKey(l),
-			ConditionExpression: e.Condition(), UpdateExpression: e.Update(),
-			ExpressionAttributeNames: e.Names(), ExpressionAttributeValues: e.Values(),
-			ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
-		}, noSDKRetry)
+		_, err := q.db.UpdateItem(ctx, conditionalUpdate(q.table, q.rowKey(l), e, types.ReturnValueNone), noSDKRetry)
 		if err == nil {
 			return nil
 		}

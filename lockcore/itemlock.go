@@ -236,16 +236,7 @@ func (il *ItemLocker) attempt(ctx context.Context, key item, leaseID string, sta
 		Add(name(a.Rev), value(1)).
 		Add(name(a.Fence), value(1))
 	e := expr(expression.NewBuilder().WithCondition(cond).WithUpdate(upd))
-	out, err := il.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
-		TableName:                           aws.String(il.table),
-		Key:                                 key,
-		ConditionExpression:                 e.Condition(),
-		UpdateExpression:                    e.Update(),
-		ExpressionAttributeNames:            e.Names(),
-		ExpressionAttributeValues:           e.Values(),
-		ReturnValues:                        types.ReturnValueAllNew,
-		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
-	}, noSDKRetry)
+	out, err := il.db.UpdateItem(ctx, conditionalUpdate(il.table, key, e, types.ReturnValueAllNew), noSDKRetry)
 	if err == nil {
 		return out.Attributes, nil, false, nil
 	}
@@ -415,16 +406,7 @@ func (il *ItemLocker) write(ctx context.Context, lease *ItemLease, update expres
 	}
 	bo := backoff{base: il.cfg.backoffBase, cap: il.cfg.backoffCap}
 	for {
-		out, err := il.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
-			TableName:                           aws.String(il.table),
-			Key:                                 lease.ikey,
-			ConditionExpression:                 e.Condition(),
-			UpdateExpression:                    e.Update(),
-			ExpressionAttributeNames:            e.Names(),
-			ExpressionAttributeValues:           e.Values(),
-			ReturnValues:                        types.ReturnValueAllNew,
-			ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
-		}, noSDKRetry)
+		out, err := il.db.UpdateItem(ctx, conditionalUpdate(il.table, lease.ikey, e, types.ReturnValueAllNew), noSDKRetry)
 		if err == nil {
 			return landed(out.Attributes)
 		}
@@ -503,12 +485,7 @@ func (il *ItemLocker) renew(ctx context.Context, l *Lease) error {
 			expression.Set(name(il.attrs.LockTime), value(now.UnixMilli())).
 				Set(name(il.attrs.Until), value(now.Add(l.duration).UnixMilli())).
 				Add(name(il.attrs.Rev), value(1))))
-		_, err := il.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
-			TableName: aws.String(il.table), Key: l.ikey,
-			ConditionExpression: e.Condition(), UpdateExpression: e.Update(),
-			ExpressionAttributeNames: e.Names(), ExpressionAttributeValues: e.Values(),
-			ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
-		}, noSDKRetry)
+		_, err := il.db.UpdateItem(ctx, conditionalUpdate(il.table, l.ikey, e, types.ReturnValueNone), noSDKRetry)
 		if err == nil {
 			return nil
 		}
@@ -536,12 +513,7 @@ func (il *ItemLocker) release(ctx context.Context, l *Lease) error {
 		WithUpdate(il.unlock(expression.Set(name(il.attrs.Write), value(releaseID)))))
 	uncertain := false
 	for {
-		_, err := il.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
-			TableName: aws.String(il.table), Key: l.ikey,
-			ConditionExpression: e.Condition(), UpdateExpression: e.Update(),
-			ExpressionAttributeNames: e.Names(), ExpressionAttributeValues: e.Values(),
-			ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
-		}, noSDKRetry)
+		_, err := il.db.UpdateItem(ctx, conditionalUpdate(il.table, l.ikey, e, types.ReturnValueNone), noSDKRetry)
 		if err == nil {
 			return nil
 		}

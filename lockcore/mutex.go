@@ -179,16 +179,7 @@ func (m *Mutex) attempt(ctx context.Context, key string, ac *acquireConfig, leas
 		upd = upd.Remove(name(attrData))
 	}
 	e := expr(expression.NewBuilder().WithCondition(free).WithUpdate(upd))
-	out, err := m.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
-		TableName:                           aws.String(m.table),
-		Key:                                 m.keyOf(key, ac.namespace),
-		ConditionExpression:                 e.Condition(),
-		UpdateExpression:                    e.Update(),
-		ExpressionAttributeNames:            e.Names(),
-		ExpressionAttributeValues:           e.Values(),
-		ReturnValues:                        types.ReturnValueAllNew,
-		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
-	}, noSDKRetry)
+	out, err := m.db.UpdateItem(ctx, conditionalUpdate(m.table, m.keyOf(key, ac.namespace), e, types.ReturnValueAllNew), noSDKRetry)
 	if err == nil {
 		return out.Attributes, nil, false, nil
 	}
@@ -332,15 +323,7 @@ func (m *Mutex) renew(ctx context.Context, l *Lease) error {
 			WithUpdate(expression.Set(name(attrUntil), value(until.UnixMilli())).
 				Set(name(attrExpiresAt), value(ttlSeconds(until.Add(m.cfg.ttlGrace)))).
 				Add(name(attrRev), value(1))))
-		_, err := m.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
-			TableName:                           aws.String(m.table),
-			Key:                                 m.keyOf(l.key, l.namespace),
-			ConditionExpression:                 e.Condition(),
-			UpdateExpression:                    e.Update(),
-			ExpressionAttributeNames:            e.Names(),
-			ExpressionAttributeValues:           e.Values(),
-			ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
-		}, noSDKRetry)
+		_, err := m.db.UpdateItem(ctx, conditionalUpdate(m.table, m.keyOf(l.key, l.namespace), e, types.ReturnValueNone), noSDKRetry)
 		switch {
 		case err == nil:
 			return nil
@@ -369,15 +352,7 @@ func (m *Mutex) release(ctx context.Context, l *Lease) error {
 				Set(name(attrExpiresAt), value(ttlSeconds(now.Add(m.cfg.retention)))).
 				Remove(name(attrData)).
 				Remove(name(attrUntil))))
-		_, err := m.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
-			TableName:                           aws.String(m.table),
-			Key:                                 m.keyOf(l.key, l.namespace),
-			ConditionExpression:                 e.Condition(),
-			UpdateExpression:                    e.Update(),
-			ExpressionAttributeNames:            e.Names(),
-			ExpressionAttributeValues:           e.Values(),
-			ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
-		}, noSDKRetry)
+		_, err := m.db.UpdateItem(ctx, conditionalUpdate(m.table, m.keyOf(l.key, l.namespace), e, types.ReturnValueNone), noSDKRetry)
 		if err == nil {
 			return nil
 		}
