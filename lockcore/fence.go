@@ -44,22 +44,9 @@ func keeperKey(key string) string {
 
 // startEpoch gives a freshly created lock row, held by leaseID, its epoch.
 func (m *Mutex) startEpoch(ctx context.Context, key, ns, leaseID string) (int64, error) {
-	// Take the next epoch. ADD is atomic; a retried ADD only skips a number, which is fine.
-	ke := expr(expression.NewBuilder().WithUpdate(expression.Add(name(attrNextEpoch), value(1))))
-	out, err := m.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
-		TableName:                 aws.String(m.table),
-		Key:                       item{attrPK: s(keeperKey(key)), attrSK: s(keeperSK)},
-		UpdateExpression:          ke.Update(),
-		ExpressionAttributeNames:  ke.Names(),
-		ExpressionAttributeValues: ke.Values(),
-		ReturnValues:              types.ReturnValueUpdatedNew,
-	})
+	epoch, err := takeEpoch(ctx, m.db, m.table, key)
 	if err != nil {
-		return 0, fmt.Errorf("lockcore: acquire %q: new fence epoch: %w", key, err)
-	}
-	epoch, ok := attrN(out.Attributes, attrNextEpoch)
-	if !ok {
-		return 0, fmt.Errorf("lockcore: acquire %q: keeper returned no epoch", key)
+		return 0, err
 	}
 	// Record it on the row, only while we still hold it and nobody recorded one.
 	e := expr(expression.NewBuilder().
@@ -93,6 +80,28 @@ func (m *Mutex) startEpoch(ctx context.Context, key, ns, leaseID string) (int64,
 			return 0, fmt.Errorf("lockcore: acquire %q: set fence epoch: %w (last error: %v)", key, serr, err)
 		}
 	}
+}
+
+// takeEpoch takes the next epoch from key's keeper row. ADD is atomic; a retried ADD
+// only skips a number, which is fine.
+func takeEpoch(ctx context.Context, db DynamoDB, table, key string) (int64, error) {
+	ke := expr(expression.NewBuilder().WithUpdate(expression.Add(name(attrNextEpoch), value(1))))
+	out, err := db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+		TableName:                 aws.String(table),
+		Key:                       item{attrPK: s(keeperKey(key)), attrSK: s(keeperSK)},
+		UpdateExpression:          ke.Update(),
+		ExpressionAttributeNames:  ke.Names(),
+		ExpressionAttributeValues: ke.Values(),
+		ReturnValues:              types.ReturnValueUpdatedNew,
+	})
+	if err != nil {
+		return 0, fmt.Errorf("lockcore: acquire %q: new fence epoch: %w", key, err)
+	}
+	epoch, ok := attrN(out.Attributes, attrNextEpoch)
+	if !ok {
+		return 0, fmt.Errorf("lockcore: acquire %q: keeper returned no epoch", key)
+	}
+	return epoch, nil
 }
 
 // FenceCondition returns a condition for a write to data protected by a lock: it passes

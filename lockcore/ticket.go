@@ -1,0 +1,730 @@
+package lockcore
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/expression"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+)
+
+// TicketLock is a fair lease mutex whose whole queue lives in one row of the lock table:
+// a ticket counter and a now-serving counter, as the ticket locks of operating-system
+// kernels. Waiters enter strictly in the order they took their tickets, and a critical
+// section costs two writes (take a ticket, release) plus a few one-RCU reads however
+// many clients wait, which makes it the cheapest fair lock for hot keys.
+//
+// Row (partition key = lock key, sort key = "<namespace>#ticket"):
+//
+//	next       last ticket issued             serving   ticket allowed in
+//	rev        bumps on every handoff and heartbeat of the holder
+//	life       random id of this row's life   epoch     fence epoch of this life
+//	leaseMs    lease of the clients using the lock (all must agree while it is in use)
+//	w#<id>     one per issued, unfinished ticket: ticket − 1, written by the same update
+//	           that issued the ticket (a waiter's ambiguous ticket request is settled by it)
+//	rel, skip  the last ticket released by its holder / skipped by a waiter
+//
+// Protocol:
+//
+//	acquire    one UpdateItem: ADD next 1 (and the ticket's w# entry), returning the row.
+//	           If serving equals the ticket the lock is ours: one call uncontended.
+//	wait       strongly consistent GetItem of the row, timed by position in the queue
+//	           and this client's usual hold time, until serving reaches the ticket.
+//	release    serving = ticket + 1, if serving = ticket (one UpdateItem).
+//	heartbeat  rev + 1, if serving = ticket, every heartbeat interval.
+//
+// Validity: a waiter whose ticket comes up counts its lease from the send time of its
+// last request that still showed an earlier ticket served. That request was processed
+// before the write that served our ticket, so before any other client can have seen the
+// new (serving, rev) — and a client skips a served ticket only after seeing the same
+// (serving, rev) for a full lease on its own clock (observation takeover; wall clocks
+// play no part, so WallClockTakeover is refused). No claim write is needed.
+//
+// A ticket whose owner stopped waiting (timeout, cancellation) loses its w# entry; a
+// served ticket without an entry is skipped at once. A ticket whose owner crashed, as
+// holder or while waiting, is skipped after a full lease without a heartbeat.
+//
+// The fencing token is epoch<<32 | ticket: tickets are served in increasing order, and
+// a row deleted by TTL and created again starts a new epoch from the same keeper rows
+// the Mutex uses.
+type TicketLock struct {
+	db    DynamoDB
+	table string
+	cfg   *config
+
+	mu   sync.Mutex
+	hold map[string]time.Duration // lock → moving average of this client's hold time
+}
+
+// NewTicketLock returns a TicketLock on the lock table. A heartbeat is required (a
+// holder that stops heartbeating is skipped after a lease) and takeover is by
+// observation only.
+func NewTicketLock(db DynamoDB, table string, opts ...Option) (*TicketLock, error) {
+	if db == nil {
+		return nil, invalidOption("db", "must not be nil")
+	}
+	if table == "" {
+		return nil, invalidOption("table", "must not be empty")
+	}
+	cfg, err := newConfig(opts)
+	if err != nil {
+		return nil, err
+	}
+	if cfg.heartbeat <= 0 {
+		return nil, invalidOption("heartbeat", "a TicketLock needs heartbeats: waiters skip a holder that stops them; got %s", cfg.heartbeat)
+	}
+	if cfg.takeover.wallClock {
+		return nil, invalidOption("takeover", "a TicketLock supports ObserveTakeover only (a handoff records no wall-clock lease end), got %s", cfg.takeover)
+	}
+	return &TicketLock{db: db, table: table, cfg: cfg, hold: make(map[string]time.Duration)}, nil
+}
+
+// Owner returns this client's owner name.
+func (t *TicketLock) Owner() string { return t.cfg.owner }
+
+const (
+	ticketSuffix = "#ticket"
+	attrServing  = "serving"
+	attrLife     = "life"
+	attrRel      = "rel"
+	attrSkip     = "skip"
+	waiterPrefix = "w#"
+)
+
+// TicketInfo is what TicketLock.Get reports.
+type TicketInfo struct {
+	Key, Namespace string
+	Serving        int64         // ticket allowed in (it may be finished: see Held)
+	Next           int64         // last ticket issued
+	Held           bool          // the served ticket is a live holder's (or a waiter's about to notice)
+	Waiting        int           // unfinished tickets behind the served one
+	Rev            int64         // bumps on every handoff and heartbeat
+	Lease          time.Duration // lease of the lock's clients
+	Token          Fence         // fencing token of the served ticket (0 before the first epoch)
+}
+
+type ticketRow struct {
+	exists                bool
+	next, serving, rev    int64
+	epoch                 int64
+	hasEpoch              bool
+	life                  string
+	leaseMs               int64
+	rel, skip             int64
+	waiters               map[int64]string // ticket → w# attribute
+	ownTicket             int64            // ticket of the w# entry asked about (0: none)
+	ownEntry, servedEntry bool
+}
+
+func parseTicketRow(it item, wattr string) ticketRow {
+	r := ticketRow{exists: it != nil, waiters: map[int64]string{}}
+	r.next, _ = attrN(it, attrNext)
+	r.serving, _ = attrN(it, attrServing)
+	r.rev, _ = attrN(it, attrRev)
+	r.epoch, r.hasEpoch = attrN(it, attrEpoch)
+	r.life = attrS(it, attrLife)
+	r.leaseMs, _ = attrN(it, attrLeaseMs)
+	r.rel, _ = attrN(it, attrRel)
+	r.skip, _ = attrN(it, attrSkip)
+	for k := range it {
+		if strings.HasPrefix(k, waiterPrefix) {
+			if v, ok := attrN(it, k); ok {
+				r.waiters[v+1] = k
+				if k == wattr {
+					r.ownTicket, r.ownEntry = v+1, true
+				}
+			}
+		}
+	}
+	_, r.servedEntry = r.waiters[r.serving]
+	return r
+}
+
+func (t *TicketLock) keyOf(key, ns string) item {
+	return item{attrPK: s(key), attrSK: s(ns + ticketSuffix)}
+}
+
+func (t *TicketLock) validate(key, ns string) error {
+	if err := validatePK("key", key); err != nil {
+		return err
+	}
+	return validateSK("namespace", ns, len(ticketSuffix))
+}
+
+// expiry is the TTL every write gives the row: far enough that TTL never removes a row
+// in use (every holder writes at least every heartbeat interval).
+func (t *TicketLock) expiry(now time.Time) int64 {
+	return ttlSeconds(now.Add(max(t.cfg.retention, t.cfg.lease+t.cfg.ttlGrace)))
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// ticketHold is one ticket of one acquisition: the leaseOps of its Lease.
+type ticketHold struct {
+	t      *TicketLock
+	key    string
+	ns     string
+	ticket int64
+	life   string
+	wattr  string
+	since  time.Time // when Acquire returned (for the hold-time estimate)
+}
+
+// Acquire takes a ticket and waits for its turn, as the wait policy says (default: until
+// ctx ends). On timeout or cancellation the ticket is withdrawn. NoWait (TryAcquire)
+// takes a ticket only if nobody holds or waits for the lock, so a failed try writes
+// nothing.
+//
+// The lease's heartbeat runs until Release or until ctx ends, so pass a context that
+// lives as long as the critical section.
+func (t *TicketLock) Acquire(ctx context.Context, key string, opts ...AcquireOption) (*Lease, error) {
+	ac, err := t.cfg.acquireConfig(opts)
+	if err != nil {
+		return nil, err
+	}
+	if ac.data != nil {
+		return nil, invalidOption("data", "a TicketLock stores no data with its leases")
+	}
+	if err := t.validate(key, ac.namespace); err != nil {
+		return nil, err
+	}
+	start := t.cfg.clock.Now()
+	for {
+		h, row, sent, err := t.take(ctx, key, ac, start)
+		if err != nil {
+			return nil, err
+		}
+		l, err := t.wait(ctx, h, row, sent, ac, start)
+		if errors.Is(err, errTicketSkipped) {
+			continue // our ticket was skipped while we were away: queue again
+		}
+		return l, err
+	}
+}
+
+// TryAcquire takes the lock only if nobody holds or waits for it (NoWait).
+func (t *TicketLock) TryAcquire(ctx context.Context, key string, opts ...AcquireOption) (*Lease, error) {
+	return t.Acquire(ctx, key, append(opts, Wait(NoWait()))...)
+}
+
+var errTicketSkipped = errors.New("lockcore: ticket skipped")
+
+func noWait(p WaitPolicy) bool { return !p.forever && p.max == 0 }
+
+// take issues a ticket. It returns the row as the issuing update left it and the send
+// time of the first request that may have issued it.
+func (t *TicketLock) take(ctx context.Context, key string, ac *acquireConfig, start time.Time) (*ticketHold, ticketRow, time.Time, error) {
+	h := &ticketHold{t: t, key: key, ns: ac.namespace, life: randomHex(8), wattr: waiterPrefix + randomHex(6)}
+	leaseMs := t.cfg.lease.Milliseconds()
+	bo := backoff{base: t.cfg.backoffBase, cap: t.cfg.backoffCap}
+	var first time.Time
+	for {
+		// A lease length may change only while nobody holds or waits (serving > next).
+		cond := expression.And(
+			expression.AttributeNotExists(name(h.wattr)),
+			expression.Or(
+				expression.AttributeNotExists(name(attrLeaseMs)),
+				expression.Equal(name(attrLeaseMs), value(leaseMs)),
+				expression.GreaterThan(name(attrServing), name(attrNext))))
+		if noWait(ac.wait) {
+			cond = expression.And(cond, expression.Or(
+				expression.AttributeNotExists(name(attrNext)),
+				expression.GreaterThan(name(attrServing), name(attrNext))))
+		}
+		now := t.cfg.clock.Now()
+		upd := expression.Add(name(attrNext), value(1)).
+			Set(name(h.wattr), expression.IfNotExists(name(attrNext), value(0))).
+			Set(name(attrServing), expression.IfNotExists(name(attrServing), value(1))).
+			Set(name(attrRev), expression.IfNotExists(name(attrRev), value(0))).
+			Set(name(attrLife), expression.IfNotExists(name(attrLife), value(h.life))).
+			Set(name(attrLeaseMs), value(leaseMs)).
+			Set(name(attrExpiresAt), value(t.expiry(now)))
+		e := expr(expression.NewBuilder().WithCondition(cond).WithUpdate(upd))
+		if first.IsZero() {
+			first = now
+		}
+		out, err := t.db.UpdateItem(ctx, conditionalUpdate(t.table, t.keyOf(key, ac.namespace), e, types.ReturnValueAllNew), noSDKRetry)
+		if err == nil {
+			row := parseTicketRow(out.Attributes, h.wattr)
+			h.ticket, h.life = row.ownTicket, row.life
+			return h, row, first, nil
+		}
+		switch classify(err) {
+		case errCondition:
+			old, ok := conditionOld(err)
+			if !ok {
+				if old, err = t.read(ctx, key, ac.namespace); err != nil {
+					return nil, ticketRow{}, time.Time{}, fmt.Errorf("lockcore: ticket lock %q: take ticket: %w", key, err)
+				}
+			}
+			row := parseTicketRow(old, h.wattr)
+			if row.ownEntry { // an earlier, ambiguous attempt of ours landed
+				h.ticket, h.life = row.ownTicket, row.life
+				return h, row, first, nil
+			}
+			if row.leaseMs != leaseMs && row.serving <= row.next && !noWait(ac.wait) {
+				return nil, ticketRow{}, time.Time{}, &OptionError{Field: "lease", Err: ErrInvalidOption,
+					Reason: fmt.Sprintf("ticket lock %q is in use with a %s lease; this client's is %s (clients of one ticket lock must agree while it is in use)",
+						key, time.Duration(row.leaseMs)*time.Millisecond, t.cfg.lease)}
+			}
+			// NoWait and the lock is busy — unless only withdrawn tickets are left.
+			if t.skipGone(ctx, key, ac.namespace, row) {
+				continue
+			}
+			return nil, ticketRow{}, time.Time{}, &HeldError{Key: key, Holder: row.holder(), Waited: t.cfg.clock.Now().Sub(start)}
+		case errFatal:
+			return nil, ticketRow{}, time.Time{}, fmt.Errorf("lockcore: ticket lock %q: take ticket: %w", key, err)
+		}
+		// Throttled, or ambiguous: the retry carries the same w# entry, so if the first
+		// attempt landed its condition fails and returns the row with our ticket.
+		if serr := sleep(ctx, bo.next()); serr != nil {
+			t.withdrawUnknown(ctx, key, ac.namespace, h)
+			return nil, ticketRow{}, time.Time{}, &HeldError{Key: key, Waited: t.cfg.clock.Now().Sub(start), Cause: serr}
+		}
+	}
+}
+
+// holder describes the served ticket for errors (the row records no owner names).
+func (r ticketRow) holder() *Holder {
+	if !r.exists || r.serving > r.next {
+		return nil
+	}
+	return &Holder{LeaseID: fmt.Sprintf("ticket %d", r.serving), Rev: r.rev,
+		Lease: time.Duration(r.leaseMs) * time.Millisecond, Token: makeFence(r.epoch, r.serving)}
+}
+
+// skipGone skips served tickets whose owners withdrew (no w# entry), as long as the row
+// stays as observed. It reports whether it skipped anything.
+func (t *TicketLock) skipGone(ctx context.Context, key, ns string, row ticketRow) bool {
+	if !row.exists || row.serving > row.next || row.servedEntry {
+		return false
+	}
+	return t.skip(ctx, key, ns, row, "")
+}
+
+// skip moves serving past the served ticket, conditioned on the row being as observed,
+// removing the ticket's entry (wattr) if it has one.
+func (t *TicketLock) skip(ctx context.Context, key, ns string, row ticketRow, wattr string) bool {
+	cond := expression.And(
+		expression.Equal(name(attrServing), value(row.serving)),
+		expression.Equal(name(attrRev), value(row.rev)),
+		expression.Equal(name(attrLife), value(row.life)))
+	upd := expression.Set(name(attrServing), value(row.serving+1)).
+		Set(name(attrSkip), value(row.serving)).
+		Set(name(attrExpiresAt), value(t.expiry(t.cfg.clock.Now()))).
+		Add(name(attrRev), value(1))
+	if wattr != "" {
+		upd = upd.Remove(name(wattr))
+	}
+	e := expr(expression.NewBuilder().WithCondition(cond).WithUpdate(upd))
+	_, err := t.db.UpdateItem(ctx, conditionalUpdate(t.table, t.keyOf(key, ns), e, types.ReturnValueNone), noSDKRetry)
+	return err == nil
+}
+
+// wait polls the row until serving reaches our ticket.
+func (t *TicketLock) wait(ctx context.Context, h *ticketHold, row ticketRow, sent time.Time, ac *acquireConfig, start time.Time) (*Lease, error) {
+	lease := t.cfg.lease
+	// lastBefore: send time of the last request whose answer showed an earlier ticket
+	// served. The lease's validity counts from it.
+	lastBefore := sent
+	rtt := max(t.cfg.clock.Now().Sub(sent), time.Millisecond)
+	hold := t.holdEstimate(h.key, h.ns)
+	type seen struct {
+		serving, rev int64
+		at           time.Time
+	}
+	obs := seen{serving: row.serving, rev: row.rev, at: t.cfg.clock.Now()}
+	headSince := obs.at.Add(-hold / 2) // when the ticket ahead of us was served (estimate)
+	prevSent := sent
+	bo := backoff{base: t.cfg.backoffBase, cap: t.cfg.backoffCap}
+	for row.serving != h.ticket {
+		now := t.cfg.clock.Now()
+		switch {
+		case !row.exists || row.life != h.life || row.serving > h.ticket:
+			return nil, errTicketSkipped
+		case !row.servedEntry:
+			// Withdrawn: skip it at once.
+			if !t.skip(ctx, h.key, h.ns, row, "") {
+				if err := sleep(ctx, bo.next()); err != nil {
+					return nil, t.giveUp(ctx, h, row, start, err)
+				}
+			}
+		case now.Sub(obs.at) >= time.Duration(row.leaseMs)*time.Millisecond:
+			// The served ticket's owner stopped heartbeating for a full lease.
+			if !t.skip(ctx, h.key, h.ns, row, row.waiters[row.serving]) {
+				if err := sleep(ctx, bo.next()); err != nil {
+					return nil, t.giveUp(ctx, h, row, start, err)
+				}
+			}
+		default:
+			waited := now.Sub(start)
+			p := ac.wait
+			if !p.forever && waited >= p.max {
+				return nil, t.giveUp(ctx, h, row, start, nil)
+			}
+			d := t.pollDelay(h.ticket-row.serving, rtt, hold, now.Sub(headSince))
+			// Never sleep past the moment a stalled holder could be skipped, and look
+			// at least ten times a lease so the takeover clock starts soon after the
+			// holder's last heartbeat.
+			d = min(d, lease/10, obs.at.Add(time.Duration(row.leaseMs)*time.Millisecond).Sub(now)+time.Millisecond)
+			if !p.forever {
+				d = min(d, p.max-waited)
+			}
+			if err := sleep(ctx, max(d, time.Millisecond)); err != nil {
+				return nil, t.giveUp(ctx, h, row, start, err)
+			}
+		}
+		send := t.cfg.clock.Now()
+		it, err := t.read(ctx, h.key, h.ns)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil, t.giveUp(ctx, h, row, start, ctx.Err())
+			}
+			if classify(err) == errFatal {
+				t.withdraw(ctx, h)
+				return nil, fmt.Errorf("lockcore: ticket lock %q: %w", h.key, err)
+			}
+			if err := sleep(ctx, bo.next()); err != nil {
+				return nil, t.giveUp(ctx, h, row, start, err)
+			}
+			continue
+		}
+		now = t.cfg.clock.Now()
+		rtt = (3*rtt + max(now.Sub(send), time.Millisecond)) / 4
+		next := parseTicketRow(it, h.wattr)
+		if next.serving < h.ticket {
+			lastBefore = send
+		}
+		if next.serving != row.serving {
+			// The head moved between our last two reads: it was served no earlier than
+			// the previous one was sent.
+			headSince = prevSent
+		}
+		prevSent = send
+		if next.serving != obs.serving || next.rev != obs.rev {
+			obs = seen{serving: next.serving, rev: next.rev, at: now}
+		}
+		row = next
+	}
+	// Our turn. Refresh the lease first if much of its validity went by unnoticed.
+	l := newLease(h, t.cfg, h.key, h.ns, newLeaseID(t.cfg.owner), 0, lastBefore)
+	if l.Remaining() < lease/2 {
+		if err := l.Renew(ctx); err != nil {
+			if errors.Is(err, ErrLeaseLost) {
+				return nil, errTicketSkipped
+			}
+			return nil, t.giveUp(ctx, h, row, start, err)
+		}
+	}
+	epoch, ok := row.epoch, row.hasEpoch
+	if !ok {
+		var err error
+		if epoch, err = t.startEpoch(ctx, h); err != nil {
+			rctx, cancel := detached(ctx)
+			_ = l.Release(rctx)
+			cancel()
+			if errors.Is(err, ErrLeaseLost) {
+				return nil, errTicketSkipped
+			}
+			return nil, err
+		}
+	}
+	l.token = makeFence(epoch, h.ticket)
+	h.since = t.cfg.clock.Now()
+	l.startHeartbeat(ctx, t.cfg.heartbeat)
+	return l, nil
+}
+
+// pollDelay is how long a waiter at position pos (1 = next in line) sleeps before its
+// next read: reads are the waiting's whole cost, and a late read leaves the lock idle.
+//
+// Further back, it sleeps until about a turn and a half before its own: a turn is this
+// client's usual hold time plus a round trip for the handoff (not the rate serving is
+// seen to advance, which grows when waiters read late, so lateness cannot feed on
+// itself). Next in line, it sleeps until the holder's expected end (from when the
+// holder was served and the usual hold) and then polls every half round trip, slowing
+// down for a holder that takes longer than usual.
+func (t *TicketLock) pollDelay(pos int64, rtt, hold, headFor time.Duration) time.Duration {
+	turn := hold + rtt
+	if hold == 0 {
+		turn = 2 * rtt // nothing learnt yet
+	}
+	if pos > 1 {
+		return time.Duration(pos-1)*turn - turn/2
+	}
+	if left := hold - headFor - rtt/2; left > rtt/2 {
+		return left
+	}
+	return max(rtt/2, (headFor-hold)/4)
+}
+
+func (t *TicketLock) holdEstimate(key, ns string) time.Duration {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.hold[key+"\x00"+ns]
+}
+
+func (t *TicketLock) held(key, ns string, d time.Duration) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	k := key + "\x00" + ns
+	if old, ok := t.hold[k]; ok {
+		d = (7*old + 3*d) / 10
+	} else if len(t.hold) >= maxObservations {
+		for k := range t.hold {
+			delete(t.hold, k)
+			break
+		}
+	}
+	t.hold[k] = d
+}
+
+// giveUp withdraws the ticket and explains why the wait ended (cause nil: the wait
+// policy's time ran out).
+func (t *TicketLock) giveUp(ctx context.Context, h *ticketHold, row ticketRow, start time.Time, cause error) error {
+	t.withdraw(ctx, h)
+	waited := t.cfg.clock.Now().Sub(start)
+	if cause != nil && ctx.Err() == nil && !errors.Is(cause, context.Canceled) && !errors.Is(cause, context.DeadlineExceeded) {
+		return cause
+	}
+	return &HeldError{Key: h.key, Holder: row.holder(), Waited: waited, TimedOut: cause == nil, Cause: cause}
+}
+
+// withdraw gives up a ticket: it removes the ticket's entry while the ticket is not
+// served yet, or releases it if it just was.
+func (t *TicketLock) withdraw(ctx context.Context, h *ticketHold) {
+	ctx, cancel := detached(ctx)
+	defer cancel()
+	e := expr(expression.NewBuilder().
+		WithCondition(expression.And(
+			expression.LessThan(name(attrServing), value(h.ticket)),
+			expression.Equal(name(attrLife), value(h.life)),
+			expression.AttributeExists(name(h.wattr)))).
+		WithUpdate(expression.Remove(name(h.wattr)).
+			Set(name(attrExpiresAt), value(t.expiry(t.cfg.clock.Now())))))
+	for range 5 {
+		_, err := t.db.UpdateItem(ctx, conditionalUpdate(t.table, t.keyOf(h.key, h.ns), e, types.ReturnValueNone), noSDKRetry)
+		switch {
+		case err == nil:
+			return
+		case classify(err) == errCondition:
+			old, ok := conditionOld(err)
+			if !ok {
+				old, _ = t.read(ctx, h.key, h.ns)
+			}
+			row := parseTicketRow(old, h.wattr)
+			if row.exists && row.life == h.life && row.serving == h.ticket && row.ownEntry {
+				l := &Lease{key: h.key, namespace: h.ns, clock: t.cfg.clock}
+				_ = h.release(ctx, l) // served meanwhile: pass it on
+			}
+			return
+		case classify(err) == errFatal:
+			return
+		}
+		if sleep(ctx, 50*time.Millisecond) != nil {
+			return
+		}
+	}
+}
+
+// withdrawUnknown withdraws a ticket request whose outcome is unknown: if it landed, its
+// entry tells the ticket.
+func (t *TicketLock) withdrawUnknown(ctx context.Context, key, ns string, h *ticketHold) {
+	rctx, cancel := detached(ctx)
+	defer cancel()
+	it, err := t.read(rctx, key, ns)
+	if err != nil {
+		return // an orphaned ticket is skipped by waiters after a lease
+	}
+	row := parseTicketRow(it, h.wattr)
+	if row.ownEntry {
+		h.ticket, h.life = row.ownTicket, row.life
+		t.withdraw(ctx, h)
+	}
+}
+
+// startEpoch gives the row a fence epoch, for a holder that found none (the row's first
+// life, or the first after TTL deleted it).
+func (t *TicketLock) startEpoch(ctx context.Context, h *ticketHold) (int64, error) {
+	epoch, err := takeEpoch(ctx, t.db, t.table, h.key)
+	if err != nil {
+		return 0, err
+	}
+	e := expr(expression.NewBuilder().
+		WithCondition(expression.And(
+			expression.Equal(name(attrServing), value(h.ticket)),
+			expression.Equal(name(attrLife), value(h.life)),
+			expression.AttributeNotExists(name(attrEpoch)))).
+		WithUpdate(expression.Set(name(attrEpoch), value(epoch))))
+	bo := backoff{base: t.cfg.backoffBase, cap: t.cfg.backoffCap}
+	for {
+		_, err := t.db.UpdateItem(ctx, conditionalUpdate(t.table, t.keyOf(h.key, h.ns), e, types.ReturnValueNone), noSDKRetry)
+		if err == nil {
+			return epoch, nil
+		}
+		switch classify(err) {
+		case errCondition:
+			old, ok := conditionOld(err)
+			if !ok {
+				old, _ = t.read(ctx, h.key, h.ns)
+			}
+			row := parseTicketRow(old, h.wattr)
+			if row.exists && row.life == h.life && row.serving == h.ticket && row.hasEpoch {
+				return row.epoch, nil // set by our earlier attempt, or by a holder before us
+			}
+			return 0, &LeaseError{Op: "acquire", Key: h.key, Err: ErrLeaseLost}
+		case errFatal:
+			return 0, fmt.Errorf("lockcore: ticket lock %q: set fence epoch: %w", h.key, err)
+		}
+		if serr := sleep(ctx, bo.next()); serr != nil {
+			return 0, fmt.Errorf("lockcore: ticket lock %q: set fence epoch: %w (last error: %v)", h.key, serr, err)
+		}
+	}
+}
+
+func (t *TicketLock) read(ctx context.Context, key, ns string) (item, error) {
+	out, err := t.db.GetItem(ctx, &dynamodb.GetItemInput{
+		TableName: aws.String(t.table), Key: t.keyOf(key, ns), ConsistentRead: aws.Bool(true),
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out.Item, nil
+}
+
+// Get reads the lock's state with a strongly consistent read. It never changes anything.
+func (t *TicketLock) Get(ctx context.Context, key string, opts ...AcquireOption) (*TicketInfo, error) {
+	ac, err := t.cfg.acquireConfig(opts)
+	if err != nil {
+		return nil, err
+	}
+	if err := t.validate(key, ac.namespace); err != nil {
+		return nil, err
+	}
+	it, err := t.read(ctx, key, ac.namespace)
+	if err != nil {
+		return nil, fmt.Errorf("lockcore: get %q: %w", key, err)
+	}
+	row := parseTicketRow(it, "")
+	info := &TicketInfo{Key: key, Namespace: ac.namespace, Serving: row.serving, Next: row.next,
+		Rev: row.rev, Lease: time.Duration(row.leaseMs) * time.Millisecond}
+	if row.exists && row.serving <= row.next {
+		info.Held = row.servedEntry
+		info.Token = makeFence(row.epoch, row.serving)
+		for tk := range row.waiters {
+			if tk > row.serving {
+				info.Waiting++
+			}
+		}
+	}
+	return info, nil
+}
+
+// GuardCheck returns a TransactWriteItems entry that fails the caller's transaction
+// unless this lease is still held (its ticket is still served).
+func (t *TicketLock) GuardCheck(l *Lease) types.TransactWriteItem {
+	h, _ := l.ops.(*ticketHold)
+	var ticket int64
+	life := ""
+	if h != nil {
+		ticket, life = h.ticket, h.life
+	}
+	e := expr(expression.NewBuilder().WithCondition(expression.And(
+		expression.Equal(name(attrServing), value(ticket)),
+		expression.Equal(name(attrLife), value(life)))))
+	return types.TransactWriteItem{ConditionCheck: &types.ConditionCheck{
+		TableName: aws.String(t.table), Key: t.keyOf(l.key, l.namespace),
+		ConditionExpression: e.Condition(), ExpressionAttributeNames: e.Names(), ExpressionAttributeValues: e.Values(),
+		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
+	}}
+}
+
+func (h *ticketHold) ours() expression.ConditionBuilder {
+	return expression.And(
+		expression.Equal(name(attrServing), value(h.ticket)),
+		expression.Equal(name(attrLife), value(h.life)))
+}
+
+// renew implements leaseOps: the holder's heartbeat.
+func (h *ticketHold) renew(ctx context.Context, l *Lease) error {
+	t := h.t
+	bo := backoff{base: t.cfg.backoffBase, cap: t.cfg.backoffCap}
+	for {
+		e := expr(expression.NewBuilder().WithCondition(h.ours()).WithUpdate(
+			expression.Add(name(attrRev), value(1)).
+				Set(name(attrExpiresAt), value(t.expiry(t.cfg.clock.Now())))))
+		_, err := t.db.UpdateItem(ctx, conditionalUpdate(t.table, t.keyOf(h.key, h.ns), e, types.ReturnValueNone), noSDKRetry)
+		switch {
+		case err == nil:
+			return nil
+		case classify(err) == errCondition:
+			return &LeaseError{Op: "renew", Key: h.key, LeaseID: l.id, Err: ErrLeaseLost}
+		case classify(err) == errFatal:
+			return fmt.Errorf("lockcore: renew %q: %w", h.key, err)
+		}
+		// Throttled or ambiguous: only a call that certainly succeeded may extend the
+		// local validity, so try again.
+		if serr := sleep(ctx, bo.next()); serr != nil {
+			return fmt.Errorf("lockcore: renew %q: %w (last error: %v)", h.key, serr, err)
+		}
+	}
+}
+
+// release implements leaseOps: it serves the next ticket.
+func (h *ticketHold) release(ctx context.Context, l *Lease) error {
+	t := h.t
+	if !h.since.IsZero() {
+		t.held(h.key, h.ns, t.cfg.clock.Now().Sub(h.since))
+	}
+	bo := backoff{base: t.cfg.backoffBase, cap: t.cfg.backoffCap}
+	uncertain := false
+	for {
+		e := expr(expression.NewBuilder().WithCondition(h.ours()).WithUpdate(
+			expression.Set(name(attrServing), value(h.ticket+1)).
+				Set(name(attrRel), value(h.ticket)).
+				Set(name(attrExpiresAt), value(t.expiry(t.cfg.clock.Now()))).
+				Add(name(attrRev), value(1)).
+				Remove(name(h.wattr))))
+		_, err := t.db.UpdateItem(ctx, conditionalUpdate(t.table, t.keyOf(h.key, h.ns), e, types.ReturnValueNone), noSDKRetry)
+		if err == nil {
+			return nil
+		}
+		switch classify(err) {
+		case errCondition:
+			old, ok := conditionOld(err)
+			if !ok {
+				var rerr error
+				if old, rerr = t.read(ctx, h.key, h.ns); rerr != nil {
+					return fmt.Errorf("lockcore: release %q: condition failed and re-read failed: %w", h.key, rerr)
+				}
+			}
+			row := parseTicketRow(old, h.wattr)
+			switch {
+			case uncertain && row.exists && row.life == h.life && row.rel == h.ticket:
+				return nil // our earlier attempt landed
+			case uncertain && !(row.exists && row.life == h.life && row.skip == h.ticket):
+				return &LeaseError{Op: "release", Key: h.key, LeaseID: l.id, Err: errLostUnknown}
+			}
+			return &LeaseError{Op: "release", Key: h.key, LeaseID: l.id, Err: ErrLeaseLost}
+		case errFatal:
+			return fmt.Errorf("lockcore: release %q: %w", h.key, err)
+		case errAmbiguous:
+			uncertain = true
+		}
+		if serr := sleep(ctx, bo.next()); serr != nil {
+			return fmt.Errorf("lockcore: release %q: %w (last error: %v)", h.key, serr, err)
+		}
+	}
+}
