@@ -131,6 +131,18 @@ func Strategies() []Strategy {
 			},
 		},
 		{
+			Name:  "ticket",
+			About: "lockcore.TicketLock: fair ticket lock in one row (ADD next; serving counter), consistent GetItem polling timed by queue position",
+			Modes: []TakeoverCase{{Name: lockcore.ObserveTakeover().String()}},
+			New: func(env *Env, owner string, t Tuning) (Worker, error) {
+				tl, err := lockcore.NewTicketLock(env.Lock, env.LockTable, lockcoreOptions(owner, t)...)
+				if err != nil {
+					return nil, err
+				}
+				return ticketWorker{tl}, nil
+			},
+		},
+		{
 			Name:  "versioned",
 			About: "lockcore.Versioned: no lock; consistent read + write conditioned on the version, retried",
 			New: func(env *Env, owner string, t Tuning) (Worker, error) {
@@ -168,15 +180,6 @@ func Strategies() []Strategy {
 			Modes:    []TakeoverCase{{Name: "published"}},
 			New: func(env *Env, owner string, t Tuning) (Worker, error) {
 				return newPublishedFIFO(env, owner, t), nil
-			},
-		},
-		{
-			Name:     "proposal-ticket",
-			About:    "prototype of a proposed lockcore strategy: fair ticket lock in one row (ADD next; serving counter), consistent GetItem polling",
-			Proposal: true,
-			Modes:    []TakeoverCase{{Name: "observe"}},
-			New: func(env *Env, owner string, t Tuning) (Worker, error) {
-				return newTicketLock(env, owner, t), nil
 			},
 		},
 	}
@@ -250,6 +253,16 @@ type queueWorker struct{ q *lockcore.Queue }
 
 func (w queueWorker) Acquire(ctx context.Context, key string) (*Held, error) {
 	l, err := w.q.Acquire(ctx, key)
+	if err != nil {
+		return nil, err
+	}
+	return leaseHeld(l), nil
+}
+
+type ticketWorker struct{ t *lockcore.TicketLock }
+
+func (w ticketWorker) Acquire(ctx context.Context, key string) (*Held, error) {
+	l, err := w.t.Acquire(ctx, key)
 	if err != nil {
 		return nil, err
 	}

@@ -19,6 +19,7 @@ const (
 	StratMutex       = "mutex"       // lockcore.Mutex + fenced read and write of the data
 	StratLockingRead = "lockingread" // lockcore.ItemLocker: lock, read and write on the data item
 	StratQueue       = "queue"       // lockcore.Queue + fenced data (half the writes also guarded)
+	StratTicket      = "ticket"      // lockcore.TicketLock + fenced data (half the writes also guarded)
 	StratVersioned   = "versioned"   // lockcore.Versioned: optimistic, no lock
 	StratMulti       = "multi"       // lockcore.Mutex.AcquireAll on two of three keys, guarded transaction
 	StratNaive       = "naive"       // no lock at all: plain read, plain write (must fail the checks)
@@ -26,10 +27,10 @@ const (
 
 // LockStrategies are the strategies that hold locks (and so have holders to crash and
 // pause).
-var LockStrategies = []string{StratMutex, StratLockingRead, StratQueue, StratMulti}
+var LockStrategies = []string{StratMutex, StratLockingRead, StratQueue, StratTicket, StratMulti}
 
 // DefaultStrategies run unless Config.Strategies says otherwise.
-var DefaultStrategies = []string{StratMutex, StratLockingRead, StratQueue, StratVersioned, StratMulti}
+var DefaultStrategies = []string{StratMutex, StratLockingRead, StratQueue, StratTicket, StratVersioned, StratMulti}
 
 func isLockStrategy(s string) bool { return slices.Contains(LockStrategies, s) }
 
@@ -41,7 +42,7 @@ type sessionSpec struct {
 	Data      string        `json:"data"`  // data table
 	Lease     time.Duration `json:"lease"`
 	Offset    time.Duration `json:"offset"`    // clock offset (skewed client)
-	Heartbeat bool          `json:"heartbeat"` // automatic heartbeats (the queue always has them)
+	Heartbeat bool          `json:"heartbeat"` // automatic heartbeats (the queue and the ticket lock always have them)
 }
 
 // session is one client of one strategy: a worker, or a holder process.
@@ -50,6 +51,7 @@ type session struct {
 	data  *dataClient
 	mutex *lockcore.Mutex
 	queue *lockcore.Queue
+	tick  *lockcore.TicketLock
 	item  *lockcore.ItemLocker
 	ver   *lockcore.Versioned
 	rng   *rand.Rand
@@ -70,7 +72,7 @@ func newSession(db *dynamodb.Client, spec sessionSpec, seed uint64) (*session, e
 	if spec.Offset != 0 {
 		opts = append(opts, lockcore.WithClock(offsetClock{spec.Offset}))
 	}
-	if !spec.Heartbeat && spec.Strategy != StratQueue {
+	if !spec.Heartbeat && spec.Strategy != StratQueue && spec.Strategy != StratTicket {
 		opts = append(opts, lockcore.WithHeartbeat(0))
 	}
 	s := &session{
@@ -84,6 +86,8 @@ func newSession(db *dynamodb.Client, spec sessionSpec, seed uint64) (*session, e
 		s.mutex, err = lockcore.NewMutex(db, spec.Locks, opts...)
 	case StratQueue:
 		s.queue, err = lockcore.NewQueue(db, spec.Locks, opts...)
+	case StratTicket:
+		s.tick, err = lockcore.NewTicketLock(db, spec.Locks, opts...)
 	case StratLockingRead:
 		s.item, err = lockcore.NewItemLocker(db, spec.Data, opts)
 	case StratVersioned:
@@ -129,13 +133,16 @@ func (s *session) acquire(ctx context.Context, keys []int, report problemFunc) (
 	h := &held{keys: keys, started: time.Now()}
 	st := s.spec.Strategy
 	switch st {
-	case StratMutex, StratQueue:
+	case StratMutex, StratQueue, StratTicket:
 		var l *lockcore.Lease
 		var err error
-		if st == StratMutex {
+		switch st {
+		case StratMutex:
 			l, err = s.mutex.Acquire(ctx, lockKey(st, keys[0]))
-		} else {
+		case StratQueue:
 			l, err = s.queue.Acquire(ctx, lockKey(st, keys[0]))
+		default:
+			l, err = s.tick.Acquire(ctx, lockKey(st, keys[0]))
 		}
 		if err != nil {
 			return nil, err
@@ -220,14 +227,18 @@ func (s *session) write(ctx context.Context, h *held, ids []string) (sts []opSta
 		l := h.leases[0]
 		res := s.data.fencedWrite(ctx, s.rng, itemKey(st, h.keys[0]), h.obs[0], ids[0], l.Token(), l.ID())
 		return all(res.Status), res.Refusal != nil && res.Status == stFailed && validAfter(), res.Err
-	case StratQueue:
+	case StratQueue, StratTicket:
 		l := h.leases[0]
 		if s.rng.IntN(2) == 0 {
 			res := s.data.fencedWrite(ctx, s.rng, itemKey(st, h.keys[0]), h.obs[0], ids[0], l.Token(), l.ID())
 			return all(res.Status), res.Refusal != nil && res.Status == stFailed && validAfter(), res.Err
 		}
+		guard := func(l *lockcore.Lease) types.TransactWriteItem { return s.queue.GuardCheck(l) }
+		if st == StratTicket {
+			guard = s.tick.GuardCheck
+		}
 		items := []types.TransactWriteItem{
-			s.queue.GuardCheck(l),
+			guard(l),
 			{Update: s.data.fencedWriteUpdate(itemKey(st, h.keys[0]), h.obs[0], ids[0], l.Token(), l.ID())},
 		}
 		res := s.data.guardedWrite(ctx, s.rng, items)
