@@ -14,9 +14,15 @@
 //     (several items, other tables, external systems). Two calls per uncontended
 //     critical section; guard your writes with GuardCheck (in a transaction) or with
 //     FenceCondition on the data.
-//   - Queue (FIFO ticket queue): waiters enter strictly in arrival order. Use it on hot
-//     keys where plain retry loops starve unlucky waiters, or when order matters. It
-//     costs a read and a transaction to enqueue.
+//   - TicketLock (fair ticket lock): waiters enter strictly in arrival order, and the
+//     whole queue is one row (a ticket counter and a now-serving counter). Two writes per
+//     critical section plus a few one-RCU reads timed by queue position, however many
+//     wait. Use it on hot keys: it is the fairest and, under contention, the cheapest
+//     lock. Takeover is by observation only.
+//   - Queue (FIFO ticket queue with a row per waiter): waiters enter strictly in arrival
+//     order, and each waiter's row is visible (owner, heartbeat) while it waits, so a
+//     crashed waiter is evicted after its own lease rather than when its turn comes. It
+//     costs a read and a transaction to enqueue and a Query per poll.
 //   - Versioned (optimistic): no lock; writes conditioned on the version read, retried
 //     with a merge function. Best when conflicts are rare.
 //   - Mutex.AcquireAll (multi-key): several keys all-or-nothing, in canonical order, so
@@ -52,7 +58,7 @@
 //
 // # Tables
 //
-// Mutex and Queue use a lock table with string keys "pk" and "sk" and the TTL attribute
+// Mutex, TicketLock and Queue use a lock table with string keys "pk" and "sk" and the TTL attribute
 // "expiresAt" (LockTable in the project's template.yaml). ItemLocker and Versioned work
 // on any table.
 package lockcore

@@ -7,6 +7,7 @@ import (
 	"log"
 	"os"
 	"strconv"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/expression"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
@@ -113,6 +114,27 @@ func ExampleQueue() {
 	fmt.Println("ticket", lease.Token())
 	_ = lease.Release(ctx)
 	// Output: ticket 1
+}
+
+func ExampleTicketLock() {
+	ctx := context.Background()
+	db, locks, _ := exampleTables()
+	tl, err := lockcore.NewTicketLock(db, locks, lockcore.WithOwner("worker-1"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	lease, err := tl.Acquire(ctx, "hot-sku", lockcore.Wait(lockcore.WaitUpTo(5*time.Second)))
+	if err != nil {
+		log.Fatal(err)
+	}
+	// The token is epoch<<32 | ticket: the first ticket of the row's first epoch.
+	fmt.Println("epoch", lease.Token().Epoch(), "ticket", lease.Token().Seq())
+	info, _ := tl.Get(ctx, "hot-sku")
+	fmt.Println("held:", info.Held, "waiting:", info.Waiting)
+	_ = lease.Release(ctx)
+	// Output:
+	// epoch 1 ticket 1
+	// held: true waiting: 0
 }
 
 func ExampleMutex_AcquireAll() {

@@ -156,6 +156,10 @@ func FuzzKeys(f *testing.F) {
 	if err != nil {
 		f.Fatal(err)
 	}
+	tl, err := lockcore.NewTicketLock(db, "locks", lockcore.WithOwner("fuzz"))
+	if err != nil {
+		f.Fatal(err)
+	}
 	il, err := lockcore.NewItemLocker(db, "data", []lockcore.Option{lockcore.WithOwner("fuzz")})
 	if err != nil {
 		f.Fatal(err)
@@ -203,6 +207,14 @@ func FuzzKeys(f *testing.F) {
 		}
 		_, err = q.Acquire(ctx, key, nsOpt)
 		checkErr(t, "Queue.Acquire", err, pkValid(key) && skValid(qns, 30), lockcore.ErrInvalidKey)
+
+		// TicketLock: the sort key is "<ns>#ticket"; it stores no data.
+		_, err = tl.Acquire(ctx, key, nsOpt)
+		checkErr(t, "TicketLock.Acquire", err, pkValid(key) && skValid(ns, len("#ticket")), lockcore.ErrInvalidKey)
+		_, err = tl.Get(ctx, key, nsOpt)
+		checkErr(t, "TicketLock.Get", err, pkValid(key) && skValid(ns, len("#ticket")), lockcore.ErrInvalidKey)
+		_, err = tl.TryAcquire(ctx, key, nsOpt, lockcore.Data(data))
+		checkErr(t, "TicketLock.TryAcquire with data", err, false, lockcore.ErrInvalidOption)
 
 		// ItemLocker: one or two key attributes of type S, N or B, 1..2048 bytes, not
 		// named like a lock attribute.
@@ -407,6 +419,13 @@ func FuzzOptions(f *testing.F) {
 		if err == nil {
 			_, err = q.TryAcquire(ctx, "k")
 			checkErr(t, "Queue.TryAcquire", err, true, nil)
+		}
+		// The ticket lock needs heartbeats and refuses wall-clock takeover.
+		tl, err := lockcore.NewTicketLock(db, "locks", opts...)
+		checkErr(t, "NewTicketLock", err, valid && o.heartbeat(use) > 0 && !(use&32 != 0 && o.wallclock), lockcore.ErrInvalidOption)
+		if err == nil {
+			_, err = tl.TryAcquire(ctx, "k")
+			checkErr(t, "TicketLock.TryAcquire", err, true, nil)
 		}
 
 		var itemOpts []lockcore.ItemOption
