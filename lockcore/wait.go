@@ -113,14 +113,22 @@ func (c *config) waitFor(ctx context.Context, key, obsKey string, p WaitPolicy, 
 		}
 		d := bo.next()
 		if last != nil {
+			// Wake when a takeover becomes possible. When this attempt saw the holder
+			// and the moment passed while it was in flight (its condition used the
+			// clock at its start), try again now, not after a full backoff step; an
+			// attempt that learnt nothing (throttled, say) backs off as usual.
+			wake := func(r time.Duration) {
+				if r < 0 && holder != nil {
+					d = min(d, c.backoffBase)
+				}
+				if r >= 0 && r < d {
+					d = r + time.Millisecond
+				}
+			}
 			if c.takeover.wallClock {
-				if r := last.Until.Add(c.takeover.skew).Sub(c.clock.Now()); r >= 0 && r < d {
-					d = r + time.Millisecond
-				}
+				wake(last.Until.Add(c.takeover.skew).Sub(c.clock.Now()))
 			} else if obs.leaseID != "" {
-				if r := obs.since.Add(obs.lease).Sub(now); r >= 0 && r < d {
-					d = r + time.Millisecond
-				}
+				wake(obs.since.Add(obs.lease).Sub(now))
 				// Look often enough to see the holder's last renewal soon after it
 				// lands: the takeover clock starts when we first see it.
 				d = min(d, max(obs.lease/10, c.backoffBase))
