@@ -42,6 +42,8 @@ type Queue struct {
 	cfg   *config
 
 	handoff sync.Map // key → time.Duration: moving average of the time per handoff
+	hold    sync.Map // key → time.Duration: moving average of this client's hold time
+	since   sync.Map // lease id → time.Time: when Acquire returned it
 }
 
 // NewQueue returns a Queue on the lock table. A heartbeat is required (waiting rows are
@@ -106,6 +108,7 @@ func (q *Queue) Acquire(ctx context.Context, key string, opts ...AcquireOption) 
 		cancel()
 		return nil, err
 	}
+	q.since.Store(l.id, q.cfg.clock.Now())
 	return l, nil
 }
 
@@ -237,21 +240,31 @@ type queueRow struct {
 	holder Holder
 }
 
-// waitTurn polls the queue until our row is the first live one.
+// waitTurn polls the queue until our row is the first live one. Its reads are timed
+// like the TicketLock's (see pollDelay), by position and the queue's measured pace.
 func (q *Queue) waitTurn(ctx context.Context, l *Lease, ac *acquireConfig, ticket int64) error {
 	start := q.cfg.clock.Now()
-	est := 4 * q.cfg.backoffBase // time per handoff, learnt as the queue moves
+	var pace time.Duration // time per handoff, learnt as the queue moves (0: unknown)
 	if v, ok := q.handoff.Load(l.key); ok {
-		est = v.(time.Duration)
+		pace = v.(time.Duration)
 	}
-	defer func() { q.handoff.Store(l.key, est) }()
-	prevLive, prevAt := -1, time.Time{}
+	defer func() {
+		if pace > 0 {
+			q.handoff.Store(l.key, pace)
+		}
+	}()
+	var headAt time.Time // when the head of the queue got the lock (estimate)
+	headTicket := int64(-1)
+	rtt := time.Duration(0)
+	prevSent := start
+	winAt, winLeft := start, int64(0) // window over which the pace is measured
 	for {
 		select {
 		case <-l.Done():
 			return l.Err()
 		default:
 		}
+		send := q.cfg.clock.Now()
 		rows, err := q.scan(ctx, l.key, ac.namespace)
 		if err != nil {
 			if ctx.Err() != nil {
@@ -262,6 +275,13 @@ func (q *Queue) waitTurn(ctx context.Context, l *Lease, ac *acquireConfig, ticke
 			}
 		}
 		now := q.cfg.clock.Now()
+		if err == nil {
+			if rtt == 0 {
+				rtt = max(now.Sub(send), time.Millisecond)
+			} else {
+				rtt = (3*rtt + max(now.Sub(send), time.Millisecond)) / 4
+			}
+		}
 		mine := false
 		var ahead []queueRow
 		for _, r := range rows {
@@ -296,35 +316,72 @@ func (q *Queue) waitTurn(ctx context.Context, l *Lease, ac *acquireConfig, ticke
 		if len(live) > 0 {
 			head = &live[0].holder
 		}
-		if prevLive > len(live) {
-			sample := now.Sub(prevAt) / time.Duration(prevLive-len(live))
-			est = (3*est + sample) / 4
+		turn := q.paceBound(l.key, rtt, pace)
+		if err == nil && len(live) > 0 && live[0].ticket != headTicket {
+			if headTicket >= 0 {
+				// The head changed between our last two reads: it got the lock when the
+				// pace predicts, as far as the two reads allow.
+				t := max(turn, 2*rtt)
+				left := live[0].ticket - headTicket // tickets served since (withdrawn ones included)
+				pred := prevSent.Add(time.Duration(left-1)*t + t/2)
+				if !headAt.IsZero() {
+					pred = headAt.Add(time.Duration(left) * t)
+				}
+				switch {
+				case pred.Before(prevSent):
+					pred = prevSent
+				case pred.After(send):
+					pred = send
+				}
+				headAt = pred
+				if winLeft += left; winLeft >= 4 || send.Sub(winAt) > 4*t {
+					sample := send.Sub(winAt) / time.Duration(winLeft)
+					if pace <= 0 {
+						pace = sample
+					} else {
+						pace = (pace + 3*sample) / 4
+					}
+					winAt, winLeft = send, 0
+				}
+			} else {
+				winAt = send
+			}
+			headTicket = live[0].ticket
 		}
-		prevLive, prevAt = len(live), now
+		prevSent = send
 		waited := now.Sub(start)
 		p := ac.wait
 		if !p.forever && waited >= p.max {
 			return &HeldError{Key: l.key, Holder: head, Waited: waited, TimedOut: p.max > 0}
 		}
-		// Sleep until our turn is near, then poll at a fraction of a handoff: each
-		// poll is a strongly consistent Query (one RCU for a small queue), so waiters
-		// far back stay cheap and the next in line notices the handoff quickly.
-		var d time.Duration
-		if len(live) == 1 {
-			d = min(max(est/3, q.cfg.backoffBase/4, time.Millisecond), q.cfg.backoffCap)
-		} else {
-			d = min(max(time.Duration(len(live)-1)*est*3/4, q.cfg.backoffBase), q.cfg.backoffCap)
+		d := pollDelay(now, headAt, int64(len(live)), max(rtt, time.Millisecond), turn)
+		if err != nil {
+			d = q.cfg.backoffBase
 		}
 		if wake >= 0 && wake < d {
 			d = wake + time.Millisecond
 		}
+		d = min(d, q.cfg.lease/10)
 		if !p.forever {
 			d = min(d, p.max-waited)
 		}
-		if err := sleep(ctx, d); err != nil {
+		if err := sleep(ctx, max(d, time.Millisecond)); err != nil {
 			return &HeldError{Key: l.key, Holder: head, Waited: q.cfg.clock.Now().Sub(start), Cause: err}
 		}
 	}
+}
+
+// paceBound caps a measured pace by this client's usual hold time plus two round trips
+// (see TicketLock.paceBound); 0 while this client has no hold time yet.
+func (q *Queue) paceBound(key string, rtt, pace time.Duration) time.Duration {
+	v, ok := q.hold.Load(key)
+	switch {
+	case !ok:
+		return 0
+	case pace > 0:
+		return min(pace, v.(time.Duration)+2*rtt)
+	}
+	return v.(time.Duration) + 2*rtt
 }
 
 // dead decides whether row r's holder stopped heartbeating; if not, it says how long
@@ -467,6 +524,13 @@ func (q *Queue) classifyOld(op string, l *Lease, old item) error {
 
 // release implements leaseOps: it deletes our row, handing the lock to the next ticket.
 func (q *Queue) release(ctx context.Context, l *Lease) error {
+	if v, ok := q.since.LoadAndDelete(l.id); ok {
+		d := q.cfg.clock.Now().Sub(v.(time.Time))
+		if old, ok := q.hold.Load(l.key); ok {
+			d = (7*old.(time.Duration) + 3*d) / 10
+		}
+		q.hold.Store(l.key, d)
+	}
 	bo := backoff{base: q.cfg.backoffBase, cap: q.cfg.backoffCap}
 	e := expr(expression.NewBuilder().WithCondition(q.ownedBy(l)))
 	uncertain := false
