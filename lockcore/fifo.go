@@ -41,21 +41,14 @@ type Queue struct {
 	table string
 	cfg   *config
 
-	handoff sync.Map // key → time.Duration: moving average of the time per handoff
-	hold    sync.Map // key → time.Duration: moving average of this client's hold time
-	since   sync.Map // lease id → time.Time: when Acquire returned it
+	pacing pacing   // per lock: this client's hold times, the queue's pace
+	since  sync.Map // lease id → time.Time: when Acquire returned it
 }
 
 // NewQueue returns a Queue on the lock table. A heartbeat is required (waiting rows are
 // kept alive by it); the default is half the lease.
 func NewQueue(db DynamoDB, table string, opts ...Option) (*Queue, error) {
-	if db == nil {
-		return nil, invalidOption("db", "must not be nil")
-	}
-	if table == "" {
-		return nil, invalidOption("table", "must not be empty")
-	}
-	cfg, err := newConfig(opts)
+	cfg, err := clientConfig(db, table, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -241,23 +234,14 @@ type queueRow struct {
 }
 
 // waitTurn polls the queue until our row is the first live one. Its reads are timed
-// like the TicketLock's (see pollDelay), by position and the queue's measured pace.
+// like the TicketLock's (see pacer.delay), by position and the queue's measured pace.
 func (q *Queue) waitTurn(ctx context.Context, l *Lease, ac *acquireConfig, ticket int64) error {
 	start := q.cfg.clock.Now()
-	var pace time.Duration // time per handoff, learnt as the queue moves (0: unknown)
-	if v, ok := q.handoff.Load(l.key); ok {
-		pace = v.(time.Duration)
-	}
-	defer func() {
-		if pace > 0 {
-			q.handoff.Store(l.key, pace)
-		}
-	}()
-	var headAt time.Time // when the head of the queue got the lock (estimate)
-	headTicket := int64(-1)
+	pc := newPacer(&q.pacing, l.key, start)
+	served := false
+	defer func() { pc.done(&q.pacing, l.key, served) }()
+	headTicket := int64(-1) // the head of the queue as last seen
 	rtt := time.Duration(0)
-	prevSent := start
-	winAt, winLeft := start, int64(0) // window over which the pace is measured
 	for {
 		select {
 		case <-l.Done():
@@ -310,51 +294,30 @@ func (q *Queue) waitTurn(ctx context.Context, l *Lease, ac *acquireConfig, ticke
 			}
 		}
 		if err == nil && len(live) == 0 {
+			served = true
 			return nil // our turn
 		}
 		var head *Holder
 		if len(live) > 0 {
 			head = &live[0].holder
 		}
-		turn := q.paceBound(l.key, rtt, pace)
-		if err == nil && len(live) > 0 && live[0].ticket != headTicket {
-			if headTicket >= 0 {
-				// The head changed between our last two reads: it got the lock when the
-				// pace predicts, as far as the two reads allow.
-				t := max(turn, 2*rtt)
-				left := live[0].ticket - headTicket // tickets served since (withdrawn ones included)
-				pred := prevSent.Add(time.Duration(left-1)*t + t/2)
-				if !headAt.IsZero() {
-					pred = headAt.Add(time.Duration(left) * t)
-				}
-				switch {
-				case pred.Before(prevSent):
-					pred = prevSent
-				case pred.After(send):
-					pred = send
-				}
-				headAt = pred
-				if winLeft += left; winLeft >= 4 || send.Sub(winAt) > 4*t {
-					sample := send.Sub(winAt) / time.Duration(winLeft)
-					if pace <= 0 {
-						pace = sample
-					} else {
-						pace = (pace + 3*sample) / 4
-					}
-					winAt, winLeft = send, 0
-				}
-			} else {
-				winAt = send
-			}
+		turn := q.pacing.turn(l.key, rtt, pc.pace)
+		switch {
+		case err != nil || len(live) == 0:
+		case headTicket < 0:
+			pc.restart(send)
+		default:
+			pc.read(send, live[0].ticket-headTicket, turn, rtt)
+		}
+		if err == nil && len(live) > 0 {
 			headTicket = live[0].ticket
 		}
-		prevSent = send
 		waited := now.Sub(start)
 		p := ac.wait
 		if !p.forever && waited >= p.max {
 			return &HeldError{Key: l.key, Holder: head, Waited: waited, TimedOut: p.max > 0}
 		}
-		d := pollDelay(now, headAt, int64(len(live)), max(rtt, time.Millisecond), turn)
+		d := pc.delay(now, int64(len(live)), max(rtt, time.Millisecond), turn)
 		if err != nil {
 			d = q.cfg.backoffBase
 		}
@@ -369,19 +332,6 @@ func (q *Queue) waitTurn(ctx context.Context, l *Lease, ac *acquireConfig, ticke
 			return &HeldError{Key: l.key, Holder: head, Waited: q.cfg.clock.Now().Sub(start), Cause: err}
 		}
 	}
-}
-
-// paceBound caps a measured pace by this client's usual hold time plus two round trips
-// (see TicketLock.paceBound); 0 while this client has no hold time yet.
-func (q *Queue) paceBound(key string, rtt, pace time.Duration) time.Duration {
-	v, ok := q.hold.Load(key)
-	switch {
-	case !ok:
-		return 0
-	case pace > 0:
-		return min(pace, v.(time.Duration)+2*rtt)
-	}
-	return v.(time.Duration) + 2*rtt
 }
 
 // dead decides whether row r's holder stopped heartbeating; if not, it says how long
@@ -525,11 +475,7 @@ func (q *Queue) classifyOld(op string, l *Lease, old item) error {
 // release implements leaseOps: it deletes our row, handing the lock to the next ticket.
 func (q *Queue) release(ctx context.Context, l *Lease) error {
 	if v, ok := q.since.LoadAndDelete(l.id); ok {
-		d := q.cfg.clock.Now().Sub(v.(time.Time))
-		if old, ok := q.hold.Load(l.key); ok {
-			d = (7*old.(time.Duration) + 3*d) / 10
-		}
-		q.hold.Store(l.key, d)
+		q.pacing.held(l.key, q.cfg.clock.Now().Sub(v.(time.Time)))
 	}
 	bo := backoff{base: q.cfg.backoffBase, cap: q.cfg.backoffCap}
 	e := expr(expression.NewBuilder().WithCondition(q.ownedBy(l)))

@@ -80,13 +80,7 @@ type ItemLocker struct {
 // NewItemLocker returns an ItemLocker on table. opts are the common options; itemOpts
 // configure the attribute names and whether the item must exist.
 func NewItemLocker(db DynamoDB, table string, opts []Option, itemOpts ...ItemOption) (*ItemLocker, error) {
-	if db == nil {
-		return nil, invalidOption("db", "must not be nil")
-	}
-	if table == "" {
-		return nil, invalidOption("table", "must not be empty")
-	}
-	cfg, err := newConfig(opts)
+	cfg, err := clientConfig(db, table, opts)
 	if err != nil {
 		return nil, err
 	}

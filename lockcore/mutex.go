@@ -50,13 +50,7 @@ type Mutex struct {
 
 // NewMutex returns a Mutex on table. It validates the options.
 func NewMutex(db DynamoDB, table string, opts ...Option) (*Mutex, error) {
-	if db == nil {
-		return nil, invalidOption("db", "must not be nil")
-	}
-	if table == "" {
-		return nil, invalidOption("table", "must not be empty")
-	}
-	cfg, err := newConfig(opts)
+	cfg, err := clientConfig(db, table, opts)
 	if err != nil {
 		return nil, err
 	}

@@ -204,6 +204,17 @@ func WithWait(p WaitPolicy) Option {
 	}
 }
 
+// clientConfig validates a constructor's arguments and options.
+func clientConfig(db DynamoDB, table string, opts []Option) (*config, error) {
+	if db == nil {
+		return nil, invalidOption("db", "must not be nil")
+	}
+	if table == "" {
+		return nil, invalidOption("table", "must not be empty")
+	}
+	return newConfig(opts)
+}
+
 func newConfig(opts []Option) (*config, error) {
 	host, _ := os.Hostname()
 	if host == "" {

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -60,22 +59,14 @@ type TicketLock struct {
 	table string
 	cfg   *config
 
-	mu   sync.Mutex
-	hold map[string]time.Duration // lock → moving average of this client's hold time
-	turn map[string]time.Duration // lock → the queue's pace (time per ticket) as last measured
+	pacing pacing // per lock: this client's hold times, the queue's pace
 }
 
 // NewTicketLock returns a TicketLock on the lock table. A heartbeat is required (a
 // holder that stops heartbeating is skipped after a lease) and takeover is by
 // observation only.
 func NewTicketLock(db DynamoDB, table string, opts ...Option) (*TicketLock, error) {
-	if db == nil {
-		return nil, invalidOption("db", "must not be nil")
-	}
-	if table == "" {
-		return nil, invalidOption("table", "must not be empty")
-	}
-	cfg, err := newConfig(opts)
+	cfg, err := clientConfig(db, table, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -85,7 +76,7 @@ func NewTicketLock(db DynamoDB, table string, opts ...Option) (*TicketLock, erro
 	if cfg.takeover.wallClock {
 		return nil, invalidOption("takeover", "a TicketLock supports ObserveTakeover only (a handoff records no wall-clock lease end), got %s", cfg.takeover)
 	}
-	return &TicketLock{db: db, table: table, cfg: cfg, hold: make(map[string]time.Duration), turn: make(map[string]time.Duration)}, nil
+	return &TicketLock{db: db, table: table, cfg: cfg}, nil
 }
 
 // Owner returns this client's owner name.
@@ -341,19 +332,15 @@ func (t *TicketLock) wait(ctx context.Context, h *ticketHold, row ticketRow, sen
 	// served. The lease's validity counts from it.
 	lastBefore := sent
 	rtt := max(t.cfg.clock.Now().Sub(sent), time.Millisecond)
-	pace := t.pace(h.key, h.ns) // time per ticket as measured (0: unknown)
+	pk := h.key + "\x00" + h.ns // the lock, in this client's pacing memory
+	pc := newPacer(&t.pacing, pk, sent)
+	served := false
+	defer func() { pc.done(&t.pacing, pk, served) }()
 	type seen struct {
 		serving, rev int64
 		at           time.Time
 	}
 	obs := seen{serving: row.serving, rev: row.rev, at: t.cfg.clock.Now()}
-	// headAt: when the served ticket was served, if known (estimated from the two reads
-	// around the change). win: start of the window over which the queue's pace is
-	// measured.
-	var headAt time.Time
-	prevSent := sent
-	winAt, winServing := sent, row.serving
-	defer func() { t.setPace(h.key, h.ns, pace) }()
 	bo := backoff{base: t.cfg.backoffBase, cap: t.cfg.backoffCap}
 	for row.serving != h.ticket {
 		now := t.cfg.clock.Now()
@@ -380,7 +367,7 @@ func (t *TicketLock) wait(ctx context.Context, h *ticketHold, row ticketRow, sen
 			if !p.forever && waited >= p.max {
 				return nil, t.giveUp(ctx, h, row, start, nil)
 			}
-			d := pollDelay(now, headAt, h.ticket-row.serving, rtt, t.paceBound(h.key, h.ns, rtt, pace))
+			d := pc.delay(now, h.ticket-row.serving, rtt, t.pacing.turn(pk, rtt, pc.pace))
 			// Never sleep past the moment a stalled holder could be skipped, and look
 			// at least ten times a lease so the takeover clock starts soon after the
 			// holder's last heartbeat.
@@ -413,45 +400,17 @@ func (t *TicketLock) wait(ctx context.Context, h *ticketHold, row ticketRow, sen
 		if next.serving < h.ticket {
 			lastBefore = send
 		}
-		switch {
-		case next.serving != row.serving && next.life == row.life:
-			// The head moved between our last two reads: it was served when the
-			// queue's pace predicts, as far as the two reads allow.
-			turn := t.paceBound(h.key, h.ns, rtt, pace)
-			if turn <= 0 {
-				turn = 2 * rtt
-			}
-			adv := time.Duration(next.serving - row.serving)
-			pred := prevSent.Add((adv-1)*turn + turn/2)
-			if !headAt.IsZero() {
-				pred = headAt.Add(adv * turn)
-			}
-			switch {
-			case pred.Before(prevSent):
-				pred = prevSent
-			case pred.After(send):
-				pred = send
-			}
-			headAt = pred
-			if adv := next.serving - winServing; adv >= 4 || (adv > 0 && send.Sub(winAt) > 4*turn) {
-				// The queue's pace: time per ticket over a window of several tickets.
-				sample := send.Sub(winAt) / time.Duration(adv)
-				if pace <= 0 {
-					pace = sample
-				} else {
-					pace = (pace + 3*sample) / 4
-				}
-				winAt, winServing = send, next.serving
-			}
-		case next.life != row.life:
-			headAt = time.Time{}
+		if next.life == row.life {
+			pc.read(send, next.serving-row.serving, t.pacing.turn(pk, rtt, pc.pace), rtt)
+		} else {
+			pc.restart(send)
 		}
-		prevSent = send
 		if next.serving != obs.serving || next.rev != obs.rev {
 			obs = seen{serving: next.serving, rev: next.rev, at: now}
 		}
 		row = next
 	}
+	served = true
 	// Our turn. Refresh the lease first if much of its validity went by unnoticed.
 	l := newLease(h, t.cfg, h.key, h.ns, newLeaseID(t.cfg.owner), 0, lastBefore)
 	if l.Remaining() < lease/2 {
@@ -479,97 +438,6 @@ func (t *TicketLock) wait(ctx context.Context, h *ticketHold, row ticketRow, sen
 	h.since = t.cfg.clock.Now()
 	l.startHeartbeat(ctx, t.cfg.heartbeat)
 	return l, nil
-}
-
-// pollDelay is how long a waiter at position pos (1 = next in line) sleeps before its
-// next read: reads are the waiting's whole cost, and a read that comes late leaves the
-// lock idle.
-//
-// turn is the time per ticket (see paceBound; 0 while unknown), headAt when the served
-// ticket was served (zero: unknown, assume half its turn is over). Our ticket is
-// predicted to be served pos turns after headAt. Far from that moment, the waiter reads
-// again about one and a half turns before it; near, it aims its read to reach the table
-// half a round trip before it. Once the moment passed, it polls every quarter round
-// trip, slowing down for a holder that takes much longer than usual. Turns are timed
-// low (a read that comes early costs one RCU; one that comes late leaves the lock idle).
-// With nothing learnt yet, every read halves the distance.
-func pollDelay(now, headAt time.Time, pos int64, rtt, turn time.Duration) time.Duration {
-	if turn <= 0 {
-		if p := time.Duration(pos-1)*2*rtt + rtt; p > 2*rtt {
-			return p / 2
-		}
-		return rtt / 2
-	}
-	var left time.Duration
-	if headAt.IsZero() {
-		left = time.Duration(pos-1)*turn + turn/2
-	} else {
-		left = headAt.Add(time.Duration(pos) * turn).Sub(now)
-	}
-	switch {
-	case left > turn*5/2:
-		return min(left*7/8, left-turn*3/2)
-	case left > rtt:
-		return left - rtt
-	case pos > 1:
-		// Overdue, but the tickets ahead still need their turns.
-		return time.Duration(pos-1) * turn / 2
-	}
-	return max(rtt/4, -left/4)
-}
-
-// pace is the last measured pace (time per ticket) of the queue on key; 0: unknown.
-func (t *TicketLock) pace(key, ns string) time.Duration {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return t.turn[key+"\x00"+ns]
-}
-
-// paceBound caps a measured pace by this client's usual hold time plus two round trips,
-// the time a turn takes when every waiter reads on time. It returns 0 while this client
-// has no hold time yet.
-func (t *TicketLock) paceBound(key, ns string, rtt, pace time.Duration) time.Duration {
-	t.mu.Lock()
-	hold, ok := t.hold[key+"\x00"+ns]
-	t.mu.Unlock()
-	switch {
-	case !ok:
-		return 0
-	case pace > 0:
-		return min(pace, hold+2*rtt)
-	}
-	return hold + 2*rtt
-}
-
-func (t *TicketLock) setPace(key, ns string, d time.Duration) {
-	if d <= 0 {
-		return
-	}
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	k := key + "\x00" + ns
-	if _, ok := t.turn[k]; !ok && len(t.turn) >= maxObservations {
-		for k := range t.turn {
-			delete(t.turn, k)
-			break
-		}
-	}
-	t.turn[k] = d
-}
-
-func (t *TicketLock) held(key, ns string, d time.Duration) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	k := key + "\x00" + ns
-	if old, ok := t.hold[k]; ok {
-		d = (7*old + 3*d) / 10
-	} else if len(t.hold) >= maxObservations {
-		for k := range t.hold {
-			delete(t.hold, k)
-			break
-		}
-	}
-	t.hold[k] = d
 }
 
 // giveUp withdraws the ticket and explains why the wait ended (cause nil: the wait
@@ -767,7 +635,7 @@ func (h *ticketHold) renew(ctx context.Context, l *Lease) error {
 func (h *ticketHold) release(ctx context.Context, l *Lease) error {
 	t := h.t
 	if !h.since.IsZero() {
-		t.held(h.key, h.ns, t.cfg.clock.Now().Sub(h.since))
+		t.pacing.held(h.key+"\x00"+h.ns, t.cfg.clock.Now().Sub(h.since))
 	}
 	bo := backoff{base: t.cfg.backoffBase, cap: t.cfg.backoffCap}
 	uncertain := false

@@ -177,6 +177,7 @@ func TestTicketFIFOOrder(t *testing.T) {
 // lease by a waiter that was already waiting. When the old holder wakes, its release
 // and its guarded transaction are refused.
 func TestTicketCrashedHolderTakeover(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	a := newTicket(t, e.db, e.locks, "a")
 	b := newTicket(t, e.db, e.locks, "b")
@@ -305,6 +306,7 @@ func (c *cutOff) UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput, o
 // A waiter that crashed with a ticket does not block the queue for good: its ticket is
 // skipped after a lease, and the waiters behind it still enter in order.
 func TestTicketCrashedWaiterSkipped(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	ctx := ctxT(t, time.Minute)
 	a := newTicket(t, e.db, e.locks, "a")
@@ -376,6 +378,7 @@ func TestTicketTryAcquire(t *testing.T) {
 
 // Clients with a skewed wall clock cannot take a live lease: takeover is by observation.
 func TestTicketClockSkewCannotSteal(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t)
 	ctx := ctxT(t, time.Minute)
 	a := newTicket(t, e.db, e.locks, "a", lockcore.WithClock(skewed{-time.Hour}))

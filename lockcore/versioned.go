@@ -57,13 +57,7 @@ func MaxAttempts(k int) VersionOption {
 
 // NewVersioned returns a Versioned store on table.
 func NewVersioned(db DynamoDB, table string, opts []Option, vopts ...VersionOption) (*Versioned, error) {
-	if db == nil {
-		return nil, invalidOption("db", "must not be nil")
-	}
-	if table == "" {
-		return nil, invalidOption("table", "must not be empty")
-	}
-	cfg, err := newConfig(opts)
+	cfg, err := clientConfig(db, table, opts)
 	if err != nil {
 		return nil, err
 	}

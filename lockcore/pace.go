@@ -1,0 +1,231 @@
+package lockcore
+
+import (
+	"sync"
+	"time"
+)
+
+// The FIFO strategies (TicketLock, Queue) poll: a waiter learns that its turn came only
+// by reading. Reads are the waiting's whole cost, and a read that comes late leaves the
+// lock idle, so waiters time their reads by their position in the queue and the pace at
+// which it moves.
+
+// pacing is a client's memory, per lock, of its own hold times and of the queue's pace
+// (time per ticket served), kept across acquisitions. Forgetting is always safe, so the
+// maps are bounded by dropping arbitrary entries.
+type pacing struct {
+	mu    sync.Mutex
+	hold  map[string]time.Duration // moving average of this client's hold time
+	pace  map[string]time.Duration // the queue's pace as last measured
+	reach map[string]float64       // how far a far-back waiter sleeps (see pacer.delay)
+}
+
+// Reach of a far-back waiter's sleep, as a fraction of the predicted time to its turn:
+// it shrinks fast when a waiter finds its turn already came during such a sleep (the
+// queue sped up; the lock sat idle) and grows back slowly.
+const (
+	maxReach  = 7.0 / 8
+	minReach  = 1.0 / 2
+	reachDown = 1.0 / 8
+	reachUp   = 1.0 / 64
+)
+
+// lastReach returns the reach for key.
+func (p *pacing) lastReach(key string) float64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if r, ok := p.reach[key]; ok {
+		return r
+	}
+	return maxReach
+}
+
+// overshot adjusts the reach after a wait: overshoot says whether the waiter found its
+// turn already come right after a far sleep.
+func (p *pacing) overshot(key string, overshoot bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.reach == nil {
+		p.reach = make(map[string]float64)
+	}
+	r, ok := p.reach[key]
+	if !ok {
+		r = maxReach
+	}
+	if overshoot {
+		r = max(minReach, r-reachDown)
+	} else {
+		r = min(maxReach, r+reachUp)
+	}
+	if _, ok := p.reach[key]; !ok && len(p.reach) >= maxObservations {
+		for k := range p.reach {
+			delete(p.reach, k)
+			break
+		}
+	}
+	p.reach[key] = r
+}
+
+func boundedStore(m map[string]time.Duration, k string, d time.Duration) {
+	if _, ok := m[k]; !ok && len(m) >= maxObservations {
+		for k := range m {
+			delete(m, k)
+			break
+		}
+	}
+	m[k] = d
+}
+
+// held records a hold time.
+func (p *pacing) held(key string, d time.Duration) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.hold == nil {
+		p.hold = make(map[string]time.Duration)
+	}
+	if old, ok := p.hold[key]; ok {
+		d = (7*old + 3*d) / 10
+	}
+	boundedStore(p.hold, key, d)
+}
+
+// lastPace returns the pace last measured on key (0: unknown).
+func (p *pacing) lastPace(key string) time.Duration {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.pace[key]
+}
+
+func (p *pacing) setPace(key string, d time.Duration) {
+	if d <= 0 {
+		return
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.pace == nil {
+		p.pace = make(map[string]time.Duration)
+	}
+	boundedStore(p.pace, key, d)
+}
+
+// turn is the time per ticket a waiter plans with: the measured pace capped by this
+// client's usual hold time plus two round trips (the time a turn takes when every waiter
+// reads on time), so that a pace slowed down by late waiters cannot make waiters sleep
+// longer and come later still. 0 while this client has no hold time yet.
+func (p *pacing) turn(key string, rtt, pace time.Duration) time.Duration {
+	p.mu.Lock()
+	hold, ok := p.hold[key]
+	p.mu.Unlock()
+	switch {
+	case !ok:
+		return 0
+	case pace > 0:
+		return min(pace, hold+2*rtt)
+	}
+	return hold + 2*rtt
+}
+
+// pacer follows one wait: when the head of the queue got the lock, and the queue's pace.
+type pacer struct {
+	reach    float64       // fraction of the way a far sleep goes (see pacing.reach)
+	far      bool          // the last delay was a far sleep
+	pace     time.Duration // measured time per ticket (0: unknown)
+	headAt   time.Time     // when the head got the lock (zero: unknown)
+	prevSent time.Time     // send time of the previous read
+	winAt    time.Time     // start of the window the pace is measured over
+	winMoved int64         // tickets served in the window
+}
+
+func newPacer(p *pacing, key string, sent time.Time) pacer {
+	return pacer{reach: p.lastReach(key), pace: p.lastPace(key), prevSent: sent, winAt: sent}
+}
+
+// done records the outcome of the wait in p.
+func (pc *pacer) done(p *pacing, key string, served bool) {
+	p.setPace(key, pc.pace)
+	if served {
+		p.overshot(key, pc.far)
+	}
+}
+
+// read records a read sent at send that found the head moved by moved tickets since the
+// previous read (withdrawn and skipped ones included). turn is the planning turn (see
+// pacing.turn; 0: unknown).
+func (p *pacer) read(send time.Time, moved int64, turn, rtt time.Duration) {
+	defer func() { p.prevSent = send }()
+	if moved <= 0 {
+		return
+	}
+	// The head got the lock when the pace predicts, as far as the two reads allow.
+	t := turn
+	if t <= 0 {
+		t = 2 * rtt
+	}
+	adv := time.Duration(moved)
+	pred := p.prevSent.Add((adv-1)*t + t/2)
+	if !p.headAt.IsZero() {
+		pred = p.headAt.Add(adv * t)
+	}
+	switch {
+	case pred.Before(p.prevSent):
+		pred = p.prevSent
+	case pred.After(send):
+		pred = send
+	}
+	p.headAt = pred
+	// The pace: time per ticket over a window of several tickets.
+	if p.winMoved += moved; p.winMoved >= 4 || send.Sub(p.winAt) > 4*t {
+		sample := send.Sub(p.winAt) / time.Duration(p.winMoved)
+		if p.pace <= 0 {
+			p.pace = sample
+		} else {
+			p.pace = (p.pace + 3*sample) / 4
+		}
+		p.winAt, p.winMoved = send, 0
+	}
+}
+
+// restart forgets the head (the queue started over, or its head is not known yet) and
+// starts a new pace window at send.
+func (p *pacer) restart(send time.Time) {
+	p.headAt, p.prevSent, p.winAt, p.winMoved = time.Time{}, send, send, 0
+}
+
+// delay is how long a waiter at position pos (1 = next in line) sleeps before its next
+// read.
+//
+// Our ticket is predicted to come up pos turns after the head got the lock (half a turn
+// of the head's is assumed over when that moment is unknown). Far from that moment, the
+// waiter reads again about one and a half turns before it (at most the reach — 7/8 of
+// the way, less after overshoots — so errors shrink with every read); near, it aims its read to reach the table half a round
+// trip before it, so that lateness shrinks from turn to turn instead of feeding on
+// itself. Once the moment passed, the next in line polls every quarter round trip,
+// slowing down for a holder that takes much longer than usual, and a waiter further back
+// waits for the turns still ahead of it. Turns are planned low (see pacing.turn): a read
+// that comes early costs one RCU; one that comes late leaves the lock idle. With nothing
+// learnt yet, every read halves the distance.
+func (p *pacer) delay(now time.Time, pos int64, rtt, turn time.Duration) time.Duration {
+	p.far = false
+	if turn <= 0 {
+		if d := time.Duration(pos-1)*2*rtt + rtt; d > 2*rtt {
+			return d / 2
+		}
+		return rtt / 2
+	}
+	var left time.Duration
+	if p.headAt.IsZero() {
+		left = time.Duration(pos-1)*turn + turn/2
+	} else {
+		left = p.headAt.Add(time.Duration(pos) * turn).Sub(now)
+	}
+	switch {
+	case left > turn*5/2:
+		p.far = true
+		return min(time.Duration(float64(left)*max(p.reach, minReach)), left-turn*3/2)
+	case left > rtt:
+		return left - rtt
+	case pos > 1:
+		return time.Duration(pos-1) * turn / 2
+	}
+	return max(rtt/4, -left/4)
+}
