@@ -197,9 +197,9 @@ func (p *pacer) restart(send time.Time) {
 // Our ticket is predicted to come up pos turns after the head got the lock (half a turn
 // of the head's is assumed over when that moment is unknown). Far from that moment, the
 // waiter reads again about one and a half turns before it (at most the reach — 7/8 of
-// the way, less after overshoots — so errors shrink with every read); near, it aims its read to reach the table half a round
-// trip before it, so that lateness shrinks from turn to turn instead of feeding on
-// itself. Once the moment passed, the next in line polls every quarter round trip,
+// the way, less after overshoots — so errors shrink with every read); near, it aims its
+// read to reach the table half a round trip before it, so that lateness shrinks from
+// turn to turn instead of feeding on itself. Once the moment passed, the next in line polls every quarter round trip,
 // slowing down for a holder that takes much longer than usual, and a waiter further back
 // waits for the turns still ahead of it. Turns are planned low (see pacing.turn): a read
 // that comes early costs one RCU; one that comes late leaves the lock idle. With nothing
