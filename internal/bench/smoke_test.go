@@ -54,17 +54,20 @@ func TestSmoke(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
+				if h.Completions == 0 {
+					t.Error("hot key: no critical section completed")
+				}
+				if s.Baseline {
+					// The published designs are measured, not trusted: the FIFO one
+					// admits two holders (and so loses updates) when a ticket's row put
+					// is delayed, which a loaded machine does now and then.
+					continue
+				}
 				if *h.LostUpdates != 0 {
 					t.Errorf("hot key: %d lost updates", *h.LostUpdates)
 				}
 				if h.DoubleHolders != nil && *h.DoubleHolders != 0 {
 					t.Errorf("hot key: %d double holders", *h.DoubleHolders)
-				}
-				if h.Completions == 0 {
-					t.Error("hot key: no critical section completed")
-				}
-				if s.Baseline {
-					continue // the published FIFO design is allowed its races
 				}
 				b, err := r.Burst(ctx, s, p, 4, 2)
 				if err != nil {
