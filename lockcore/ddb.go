@@ -102,10 +102,24 @@ func expr(b expression.Builder) expression.Expression {
 	return e
 }
 
-func newLeaseID(owner string) string {
-	var b [12]byte
-	_, _ = rand.Read(b[:])
-	return owner + "#" + hex.EncodeToString(b[:])
+func newLeaseID(owner string) string { return owner + "#" + randomHex(12) }
+
+// randomHex returns n random bytes in hex.
+func randomHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// readItem reads one item with a strongly consistent GetItem (nil: no such item).
+func readItem(ctx context.Context, db DynamoDB, table string, key item) (item, error) {
+	out, err := db.GetItem(ctx, &dynamodb.GetItemInput{
+		TableName: aws.String(table), Key: key, ConsistentRead: aws.Bool(true),
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out.Item, nil
 }
 
 // attribute helpers ----------------------------------------------------------------

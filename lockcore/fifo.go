@@ -2,8 +2,6 @@ package lockcore
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	mrand "math/rand/v2"
 	"sync"
@@ -119,9 +117,7 @@ func (q *Queue) enqueue(ctx context.Context, key, ns, leaseID string) (int64, ti
 	var firstUncertain time.Time
 	for {
 		if !known {
-			out, err := q.db.GetItem(ctx, &dynamodb.GetItemInput{
-				TableName: aws.String(q.table), Key: counterKey, ConsistentRead: aws.Bool(true),
-			})
+			counter, err := readItem(ctx, q.db, q.table, counterKey)
 			if err != nil {
 				if classify(err) == errFatal {
 					return 0, time.Time{}, fmt.Errorf("lockcore: queue %q: read counter: %w", key, err)
@@ -131,7 +127,7 @@ func (q *Queue) enqueue(ctx context.Context, key, ns, leaseID string) (int64, ti
 				}
 				continue
 			}
-			cur, _ = attrN(out.Item, attrNext)
+			cur, _ = attrN(counter, attrNext)
 			known = true
 		}
 		ticket := cur + 1
@@ -203,12 +199,9 @@ func (q *Queue) enqueue(ctx context.Context, key, ns, leaseID string) (int64, ti
 				firstUncertain = now
 			}
 			rctx, cancel := detached(ctx)
-			r, rerr := q.db.GetItem(rctx, &dynamodb.GetItemInput{
-				TableName: aws.String(q.table), Key: item{attrPK: s(key), attrSK: s(ticketSK(ns, ticket))},
-				ConsistentRead: aws.Bool(true),
-			})
+			r, rerr := readItem(rctx, q.db, q.table, item{attrPK: s(key), attrSK: s(ticketSK(ns, ticket))})
 			cancel()
-			if rerr == nil && attrS(r.Item, attrLeaseID) == leaseID {
+			if rerr == nil && attrS(r, attrLeaseID) == leaseID {
 				return ticket, firstUncertain, nil // it landed
 			}
 			known = false
@@ -218,12 +211,6 @@ func (q *Queue) enqueue(ctx context.Context, key, ns, leaseID string) (int64, ti
 			return 0, time.Time{}, fmt.Errorf("lockcore: queue %q: %w (last error: %v)", key, serr, err)
 		}
 	}
-}
-
-func requestToken() string {
-	var b [16]byte
-	_, _ = rand.Read(b[:])
-	return hex.EncodeToString(b[:])
 }
 
 // queueRow is one ticket row as read by a waiter.
@@ -386,10 +373,8 @@ func (q *Queue) evict(ctx context.Context, key string, r queueRow) bool {
 	}
 	// No old item: either the row is gone (released by its owner) or the engine does not
 	// return old items. Only a consistent read can tell.
-	out, rerr := q.db.GetItem(ctx, &dynamodb.GetItemInput{
-		TableName: aws.String(q.table), Key: item{attrPK: s(key), attrSK: s(r.sk)}, ConsistentRead: aws.Bool(true),
-	})
-	return rerr == nil && out.Item == nil
+	cur, rerr := readItem(ctx, q.db, q.table, item{attrPK: s(key), attrSK: s(r.sk)})
+	return rerr == nil && cur == nil
 }
 
 // scan reads the queue in ticket order with strongly consistent, paginated Queries.

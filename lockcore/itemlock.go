@@ -8,9 +8,7 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/expression"
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 )
 
@@ -317,13 +315,7 @@ func (il *ItemLocker) isLockAttr(k string) bool {
 }
 
 func (il *ItemLocker) read(ctx context.Context, key item) (item, error) {
-	out, err := il.db.GetItem(ctx, &dynamodb.GetItemInput{
-		TableName: aws.String(il.table), Key: key, ConsistentRead: aws.Bool(true),
-	})
-	if err != nil {
-		return nil, err
-	}
-	return out.Item, nil
+	return readItem(ctx, il.db, il.table, key)
 }
 
 func (il *ItemLocker) abandon(ctx context.Context, key item, leaseID string) {
@@ -383,7 +375,7 @@ func (il *ItemLocker) write(ctx context.Context, lease *ItemLease, update expres
 	}
 	// Every write carries a fresh id in the Write attribute: after an ambiguous failure
 	// the item itself says whether this write landed.
-	writeID := requestToken()
+	writeID := randomHex(16)
 	u := update.Set(name(il.attrs.Write), value(writeID))
 	if release {
 		u = il.unlock(u)
@@ -502,7 +494,7 @@ func (il *ItemLocker) renew(ctx context.Context, l *Lease) error {
 // release implements leaseOps: it removes the lock attributes, owner-checked.
 func (il *ItemLocker) release(ctx context.Context, l *Lease) error {
 	bo := backoff{base: il.cfg.backoffBase, cap: il.cfg.backoffCap}
-	releaseID := requestToken()
+	releaseID := randomHex(16)
 	e := expr(expression.NewBuilder().WithCondition(il.ownedBy(l)).
 		WithUpdate(il.unlock(expression.Set(name(il.attrs.Write), value(releaseID)))))
 	uncertain := false

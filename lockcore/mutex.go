@@ -8,7 +8,6 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/expression"
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 )
 
@@ -241,15 +240,7 @@ func holderOf(it item) *Holder {
 func ttlSeconds(t time.Time) int64 { return (t.UnixMilli() + 999) / 1000 }
 
 func (m *Mutex) read(ctx context.Context, key, ns string) (item, error) {
-	out, err := m.db.GetItem(ctx, &dynamodb.GetItemInput{
-		TableName:      aws.String(m.table),
-		Key:            m.keyOf(key, ns),
-		ConsistentRead: aws.Bool(true),
-	})
-	if err != nil {
-		return nil, err
-	}
-	return out.Item, nil
+	return readItem(ctx, m.db, m.table, m.keyOf(key, ns))
 }
 
 // Get reads the lock's state with a strongly consistent read. It never changes anything.

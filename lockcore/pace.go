@@ -57,23 +57,19 @@ func (p *pacing) overshot(key string, overshoot bool) {
 	} else {
 		r = min(maxReach, r+reachUp)
 	}
-	if _, ok := p.reach[key]; !ok && len(p.reach) >= maxObservations {
-		for k := range p.reach {
-			delete(p.reach, k)
-			break
-		}
-	}
-	p.reach[key] = r
+	boundedStore(p.reach, key, r)
 }
 
-func boundedStore(m map[string]time.Duration, k string, d time.Duration) {
+// boundedStore sets m[k] = v, first dropping an arbitrary entry if that would grow m
+// beyond maxObservations.
+func boundedStore[V any](m map[string]V, k string, v V) {
 	if _, ok := m[k]; !ok && len(m) >= maxObservations {
 		for k := range m {
 			delete(m, k)
 			break
 		}
 	}
-	m[k] = d
+	m[k] = v
 }
 
 // held records a hold time.

@@ -2,8 +2,6 @@ package lockcore
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"strings"
@@ -11,7 +9,6 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/expression"
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 )
 
@@ -155,12 +152,6 @@ func (t *TicketLock) validate(key, ns string) error {
 // in use (every holder writes at least every heartbeat interval).
 func (t *TicketLock) expiry(now time.Time) int64 {
 	return ttlSeconds(now.Add(max(t.cfg.retention, t.cfg.lease+t.cfg.ttlGrace)))
-}
-
-func randomHex(n int) string {
-	b := make([]byte, n)
-	_, _ = rand.Read(b)
-	return hex.EncodeToString(b)
 }
 
 // ticketHold is one ticket of one acquisition: the leaseOps of its Lease.
@@ -544,13 +535,7 @@ func (t *TicketLock) startEpoch(ctx context.Context, h *ticketHold) (int64, erro
 }
 
 func (t *TicketLock) read(ctx context.Context, key, ns string) (item, error) {
-	out, err := t.db.GetItem(ctx, &dynamodb.GetItemInput{
-		TableName: aws.String(t.table), Key: t.keyOf(key, ns), ConsistentRead: aws.Bool(true),
-	})
-	if err != nil {
-		return nil, err
-	}
-	return out.Item, nil
+	return readItem(ctx, t.db, t.table, t.keyOf(key, ns))
 }
 
 // Get reads the lock's state with a strongly consistent read. It never changes anything.

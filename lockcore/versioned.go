@@ -137,7 +137,7 @@ func (v *Versioned) Update(ctx context.Context, key map[string]types.AttributeVa
 		if next == nil {
 			return nil, 0, invalidOption("merge", "returned a nil item without ErrSkip")
 		}
-		writer := requestToken()
+		writer := randomHex(16)
 		put := make(item, len(next)+len(key)+2)
 		for k, val := range next {
 			put[k] = val

@@ -30,13 +30,7 @@ func (o *observations) store(key string, ob observer) {
 	if o.m == nil {
 		o.m = make(map[string]observer)
 	}
-	if _, ok := o.m[key]; !ok && len(o.m) >= maxObservations {
-		for k := range o.m {
-			delete(o.m, k)
-			break
-		}
-	}
-	o.m[key] = ob
+	boundedStore(o.m, key, ob)
 }
 
 func (o *observations) forget(key string) {

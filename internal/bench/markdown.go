@@ -117,9 +117,6 @@ func (r *Results) Markdown(strategies []Strategy) string {
 		if s.Baseline {
 			mark = " † (bench only)"
 		}
-		if s.Proposal {
-			mark = " ‡ (prototype of a proposed lockcore change, bench only)"
-		}
 		p("- `%s`%s — %s", s.Name, mark, s.About)
 	}
 	p("")

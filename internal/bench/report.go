@@ -40,8 +40,7 @@ type Record struct {
 	DoubleHolders *int64   `json:"double_holders"`
 	TakeoverMs    *float64 `json:"takeover_ms"` // the longest of the trials
 
-	Baseline       bool               `json:"baseline"`           // a published design, not lockcore
-	Proposal       bool               `json:"proposal,omitempty"` // a prototype of a proposed lockcore change, not lockcore
+	Baseline       bool               `json:"baseline"` // a published design, not lockcore
 	MeasuredRTTms  float64            `json:"measured_rtt_ms,omitempty"`
 	LockCUPerCS    *float64           `json:"lock_cu_per_cs,omitempty"` // WCU + RCU/5 of the lock's own calls
 	CondFailsPerCS *float64           `json:"cond_fails_per_cs,omitempty"`
@@ -226,7 +225,7 @@ func (r *Results) Evaluate(targetRTT float64, takeoverLease time.Duration) {
 	for i := range r.Records {
 		x := &r.Records[i]
 		// Versioned holds no lock: its hot-key run is not the same critical section.
-		if x.Baseline || x.Proposal || x.Strategy == "versioned" || x.Scenario != ScenarioHotKey || x.Workers != 16 || x.RTTms != targetRTT {
+		if x.Baseline || x.Strategy == "versioned" || x.Scenario != ScenarioHotKey || x.Workers != 16 || x.RTTms != targetRTT {
 			continue
 		}
 		if n, v := hotScore(x); n > bestN || (n == bestN && v > bestV) {
@@ -253,7 +252,7 @@ func (r *Results) Evaluate(targetRTT float64, takeoverLease time.Duration) {
 	// Burst: no double holders for any lockcore strategy.
 	for i := range r.Records {
 		x := &r.Records[i]
-		if x.Baseline || x.Proposal || x.Scenario != ScenarioBurst || x.DoubleHolders == nil {
+		if x.Baseline || x.Scenario != ScenarioBurst || x.DoubleHolders == nil {
 			continue
 		}
 		r.Targets = append(r.Targets, target("burst: double holders", x, int64f(x.DoubleHolders), "==", 0))
@@ -261,7 +260,7 @@ func (r *Results) Evaluate(targetRTT float64, takeoverLease time.Duration) {
 	// Takeover within 1.1 × lease in every mode.
 	for i := range r.Records {
 		x := &r.Records[i]
-		if x.Baseline || x.Proposal || x.Scenario != ScenarioTakeover {
+		if x.Baseline || x.Scenario != ScenarioTakeover {
 			continue
 		}
 		r.Targets = append(r.Targets,
@@ -387,9 +386,6 @@ func (t *table) markdown(w io.Writer) {
 func name(x Record) string {
 	if x.Baseline {
 		return x.Strategy + " †"
-	}
-	if x.Proposal {
-		return x.Strategy + " ‡"
 	}
 	return x.Strategy
 }

@@ -100,7 +100,7 @@ func cycle(ctx context.Context, w Worker, key string) error {
 // Uncontended measures one client acquiring and releasing a key nobody else wants, for
 // at least d and at least 20 cycles (after 3 warm-up cycles that create the lock rows).
 func (r *Runner) Uncontended(ctx context.Context, s Strategy, p Path, d time.Duration) (Record, error) {
-	rec := Record{Strategy: s.Name, Scenario: ScenarioUncontended, RTTms: ms(p.RTT), Workers: 1, Baseline: s.Baseline, Proposal: s.Proposal}
+	rec := Record{Strategy: s.Name, Scenario: ScenarioUncontended, RTTms: ms(p.RTT), Workers: 1, Baseline: s.Baseline}
 	env := r.env(p)
 	ws, err := newWorkers(s, env, "solo", 1, Tuning{})
 	if err != nil {
@@ -153,7 +153,7 @@ type workerStats struct {
 // (consistent read + write of a separate counter item), release. It measures d after a
 // warm-up of a quarter of d (at most 2 s).
 func (r *Runner) HotKey(ctx context.Context, s Strategy, p Path, n int, d time.Duration) (Record, error) {
-	rec := Record{Strategy: s.Name, Scenario: ScenarioHotKey, RTTms: ms(p.RTT), Workers: n, Baseline: s.Baseline, Proposal: s.Proposal,
+	rec := Record{Strategy: s.Name, Scenario: ScenarioHotKey, RTTms: ms(p.RTT), Workers: n, Baseline: s.Baseline,
 		DurationS: d.Seconds(), WarmupS: min(2*time.Second, d/4).Seconds()}
 	env := r.env(p)
 	ws, err := newWorkers(s, env, "w", n, Tuning{})
@@ -369,7 +369,7 @@ func (r *Runner) HotKey(ctx context.Context, s Strategy, p Path, n int, d time.D
 // Burst releases n workers at once on a fresh key, rounds times; each does one critical
 // section. It counts critical sections entered while another holder was inside.
 func (r *Runner) Burst(ctx context.Context, s Strategy, p Path, n, rounds int) (Record, error) {
-	rec := Record{Strategy: s.Name, Scenario: ScenarioBurst, RTTms: ms(p.RTT), Workers: n, Baseline: s.Baseline, Proposal: s.Proposal, Rounds: rounds}
+	rec := Record{Strategy: s.Name, Scenario: ScenarioBurst, RTTms: ms(p.RTT), Workers: n, Baseline: s.Baseline, Rounds: rounds}
 	env := r.env(p)
 	ws, err := newWorkers(s, env, "b", n, Tuning{})
 	if err != nil {
@@ -470,7 +470,7 @@ func (r *Runner) Burst(ctx context.Context, s Strategy, p Path, n, rounds int) (
 // before the crash (its acquisition took longer than the lease on an overloaded engine)
 // measures nothing and is counted apart.
 func (r *Runner) Takeover(ctx context.Context, s Strategy, tc TakeoverCase, p Path, lease time.Duration, trials int) (Record, error) {
-	rec := Record{Strategy: s.Name, Scenario: ScenarioTakeover, RTTms: ms(p.RTT), Workers: 2, Baseline: s.Baseline, Proposal: s.Proposal,
+	rec := Record{Strategy: s.Name, Scenario: ScenarioTakeover, RTTms: ms(p.RTT), Workers: 2, Baseline: s.Baseline,
 		TakeoverMode: tc.Name, LeaseMs: fp(ms(lease)), Trials: trials}
 	env := r.env(p)
 	t := Tuning{Lease: lease, Takeover: tc.Mode}

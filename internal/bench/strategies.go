@@ -60,7 +60,6 @@ type Strategy struct {
 	Name     string
 	About    string
 	Baseline bool // a published design, kept in the bench only
-	Proposal bool // a prototype of a proposed lockcore change, kept in the bench only
 	// Modes are the takeover modes the takeover scenario runs; none: not measured.
 	Modes []TakeoverCase
 	New   func(env *Env, owner string, t Tuning) (Worker, error)
@@ -186,8 +185,7 @@ func Strategies() []Strategy {
 }
 
 // SelectStrategies picks strategies by comma-separated names; "all" (or "") stands for
-// every lockcore strategy and published design. Prototypes of proposed lockcore changes
-// run only when named.
+// every lockcore strategy and published design.
 func SelectStrategies(list string) ([]Strategy, error) {
 	known := Strategies()
 	if list == "" {
@@ -203,9 +201,7 @@ func SelectStrategies(list string) ([]Strategy, error) {
 		n = strings.TrimSpace(n)
 		if n == "all" {
 			for _, s := range known {
-				if !s.Proposal {
-					add(s)
-				}
+				add(s)
 			}
 			continue
 		}
