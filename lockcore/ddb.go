@@ -6,9 +6,11 @@ import (
 	"encoding/hex"
 	"errors"
 	"net"
+	"reflect"
 	"slices"
 	"strconv"
 	"time"
+	"unsafe"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/expression"
@@ -180,4 +182,46 @@ func conditionalUpdate(table string, key item, e expression.Expression, rv types
 		ReturnValues:                        rv,
 		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
 	}
+}
+
+// cloneUpdate returns a deep copy of u. The builder's methods append to a map that every
+// copy of an UpdateBuilder value shares, so adding lockcore's own clauses to the
+// caller's builder would change the caller's value (a builder reused for a second item
+// would then carry the first write's lock clauses). The package offers no copy, hence
+// the reflection; TestUpdateBuilderNotModified fails if the builder's layout changes in
+// a way this does not cover.
+func cloneUpdate(u expression.UpdateBuilder) expression.UpdateBuilder {
+	var out expression.UpdateBuilder
+	src, dst := reflect.ValueOf(&u).Elem(), reflect.ValueOf(&out).Elem()
+	for i := range src.NumField() {
+		sf, df := src.Field(i), dst.Field(i)
+		sf = reflect.NewAt(sf.Type(), unsafe.Pointer(sf.UnsafeAddr())).Elem()
+		df = reflect.NewAt(df.Type(), unsafe.Pointer(df.UnsafeAddr())).Elem()
+		df.Set(deepCopy(sf))
+	}
+	return out
+}
+
+// deepCopy copies maps and slices (one level of slice elements, which the builder never
+// changes in place).
+func deepCopy(v reflect.Value) reflect.Value {
+	switch v.Kind() {
+	case reflect.Map:
+		if v.IsNil() {
+			return v
+		}
+		m := reflect.MakeMapWithSize(v.Type(), v.Len())
+		for it := v.MapRange(); it.Next(); {
+			m.SetMapIndex(it.Key(), deepCopy(it.Value()))
+		}
+		return m
+	case reflect.Slice:
+		if v.IsNil() {
+			return v
+		}
+		c := reflect.MakeSlice(v.Type(), v.Len(), v.Len())
+		reflect.Copy(c, v)
+		return c
+	}
+	return v
 }

@@ -34,9 +34,20 @@
 // guarded writes are conditioned on it and on the owner name, so no client can release,
 // renew or overwrite another owner's lease (ErrNotOwner). A holder that loses its lease
 // learns it from its heartbeat (Lease.Done, Lease.Err) and from every guarded write
-// (ErrLeaseLost). Every acquisition also carries a fencing token (Lease.Token) that
-// strictly increases per key for the key's whole life, even after its row was deleted
-// by TTL.
+// (ErrLeaseLost). Every acquisition also carries a fencing token (Lease.Token). For
+// Mutex, TicketLock and Queue it strictly increases per key (and namespace) for the
+// key's whole life, even after its lock row was deleted by TTL. For ItemLocker it
+// strictly increases while the data item exists and restarts at 1 when the item is
+// deleted (ItemLease.Token); its writes are fenced by the lease itself.
+//
+// Wall clocks are never trusted for safety in the default mode. TTLs of lock rows count
+// from the later of the local clock and DynamoDB's own clock (the Date header of its
+// responses), so a holder whose clock runs slow cannot have its live row removed by TTL
+// (see WithTTLGrace for the bound).
+//
+// Item writes under a locking read (ItemLocker.Update, UpdateAndRelease) are applied at
+// most once: each names the write it follows, so a retried or late duplicate of a
+// landed write fails its condition and is recognised.
 //
 // Takeover of an abandoned lease is decided, by default, by observation
 // (ObserveTakeover): a waiter takes over only after seeing the same lease version

@@ -44,7 +44,7 @@ func keeperKey(key string) string {
 
 // startEpoch gives a freshly created lock row, held by leaseID, its epoch.
 func (m *Mutex) startEpoch(ctx context.Context, key, ns, leaseID string) (int64, error) {
-	epoch, err := takeEpoch(ctx, m.db, m.table, key)
+	epoch, err := takeEpoch(ctx, m.db, m.table, key, backoff{base: m.cfg.backoffBase, cap: m.cfg.backoffCap})
 	if err != nil {
 		return 0, err
 	}
@@ -82,26 +82,34 @@ func (m *Mutex) startEpoch(ctx context.Context, key, ns, leaseID string) (int64,
 	}
 }
 
-// takeEpoch takes the next epoch from key's keeper row. ADD is atomic; a retried ADD
-// only skips a number, which is fine.
-func takeEpoch(ctx context.Context, db DynamoDB, table, key string) (int64, error) {
+// takeEpoch takes the next epoch from key's keeper row. ADD is atomic and a retried ADD
+// only skips a number, which is fine: so a throttled or ambiguous call is simply retried
+// until it succeeds or ctx ends.
+func takeEpoch(ctx context.Context, db DynamoDB, table, key string, bo backoff) (int64, error) {
 	ke := expr(expression.NewBuilder().WithUpdate(expression.Add(name(attrNextEpoch), value(1))))
-	out, err := db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
-		TableName:                 aws.String(table),
-		Key:                       item{attrPK: s(keeperKey(key)), attrSK: s(keeperSK)},
-		UpdateExpression:          ke.Update(),
-		ExpressionAttributeNames:  ke.Names(),
-		ExpressionAttributeValues: ke.Values(),
-		ReturnValues:              types.ReturnValueUpdatedNew,
-	})
-	if err != nil {
-		return 0, fmt.Errorf("lockcore: acquire %q: new fence epoch: %w", key, err)
+	for {
+		out, err := db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+			TableName:                 aws.String(table),
+			Key:                       item{attrPK: s(keeperKey(key)), attrSK: s(keeperSK)},
+			UpdateExpression:          ke.Update(),
+			ExpressionAttributeNames:  ke.Names(),
+			ExpressionAttributeValues: ke.Values(),
+			ReturnValues:              types.ReturnValueUpdatedNew,
+		}, noSDKRetry)
+		if err == nil {
+			epoch, ok := attrN(out.Attributes, attrNextEpoch)
+			if !ok {
+				return 0, fmt.Errorf("lockcore: acquire %q: keeper returned no epoch", key)
+			}
+			return epoch, nil
+		}
+		if classify(err) == errFatal {
+			return 0, fmt.Errorf("lockcore: acquire %q: new fence epoch: %w", key, err)
+		}
+		if serr := sleep(ctx, bo.next()); serr != nil {
+			return 0, fmt.Errorf("lockcore: acquire %q: new fence epoch: %w (last error: %v)", key, serr, err)
+		}
 	}
-	epoch, ok := attrN(out.Attributes, attrNextEpoch)
-	if !ok {
-		return 0, fmt.Errorf("lockcore: acquire %q: keeper returned no epoch", key)
-	}
-	return epoch, nil
 }
 
 // FenceCondition returns a condition for a write to data protected by a lock: it passes

@@ -74,7 +74,7 @@ func (q *Queue) Acquire(ctx context.Context, key string, opts ...AcquireOption) 
 	if err != nil {
 		return nil, err
 	}
-	if ac.namespace == defaultNamespace {
+	if !ac.nsSet {
 		ac.namespace = defaultQueueNamespace
 	}
 	if err := validatePK("key", key); err != nil {
@@ -84,7 +84,7 @@ func (q *Queue) Acquire(ctx context.Context, key string, opts ...AcquireOption) 
 		return nil, err
 	}
 	leaseID := newLeaseID(q.cfg.owner)
-	ticket, start, err := q.enqueue(ctx, key, ac.namespace, leaseID)
+	ticket, start, ttl, err := q.enqueue(ctx, key, ac.namespace, leaseID)
 	if err != nil {
 		return nil, err
 	}
@@ -92,6 +92,16 @@ func (q *Queue) Acquire(ctx context.Context, key string, opts ...AcquireOption) 
 		h(key, ticket)
 	}
 	l := newLease(q, q.cfg, key, ticketSK(ac.namespace, ticket), leaseID, Fence(ticket), start)
+	if q.cfg.ttlTooEarly(ttl, q.cfg.lease+q.cfg.ttlGrace) {
+		// Our clock runs slow: TTL could remove our row while we wait or hold. Rewrite
+		// its TTL from the server's time at once.
+		if err := l.Renew(ctx); err != nil {
+			rctx, cancel := detached(ctx)
+			_ = l.Release(rctx)
+			cancel()
+			return nil, err
+		}
+	}
 	l.startHeartbeat(ctx, q.cfg.heartbeat)
 	if err := q.waitTurn(ctx, l, ac, ticket); err != nil {
 		rctx, cancel := detached(ctx)
@@ -108,27 +118,53 @@ func (q *Queue) TryAcquire(ctx context.Context, key string, opts ...AcquireOptio
 	return q.Acquire(ctx, key, append(opts, Wait(NoWait()))...)
 }
 
-// enqueue issues the next ticket and writes its row atomically. It returns the ticket
-// and the time the winning write was sent (the start of the row's validity).
-func (q *Queue) enqueue(ctx context.Context, key, ns, leaseID string) (int64, time.Time, error) {
+// enqueue issues the next ticket and writes its row atomically. It returns the ticket,
+// the time the winning write was sent (the start of the row's validity) and the TTL it
+// gave the row.
+func (q *Queue) enqueue(ctx context.Context, key, ns, leaseID string) (int64, time.Time, int64, error) {
 	bo := backoff{base: q.cfg.backoffBase, cap: q.cfg.backoffCap}
 	counterKey := item{attrPK: s(key), attrSK: s(counterSK(ns))}
 	cur, known := int64(0), false
 	var firstUncertain time.Time
+	// pending: a ticket whose transaction failed ambiguously and could not be settled by
+	// a re-read. It may have landed (then its row is ours and must be used, not left
+	// behind as an orphan every later ticket would wait a lease for) or may still land
+	// while the counter stays below it.
+	var pending struct {
+		ticket, ttl int64
+	}
+	fail := func(err error) (int64, time.Time, int64, error) { return 0, time.Time{}, 0, err }
 	for {
 		if !known {
 			counter, err := readItem(ctx, q.db, q.table, counterKey)
 			if err != nil {
 				if classify(err) == errFatal {
-					return 0, time.Time{}, fmt.Errorf("lockcore: queue %q: read counter: %w", key, err)
+					return fail(fmt.Errorf("lockcore: queue %q: read counter: %w", key, err))
 				}
 				if serr := sleep(ctx, bo.next()); serr != nil {
-					return 0, time.Time{}, fmt.Errorf("lockcore: queue %q: %w (last error: %v)", key, serr, err)
+					q.dropPending(ctx, key, ns, pending.ticket, leaseID)
+					return fail(fmt.Errorf("lockcore: queue %q: %w (last error: %v)", key, serr, err))
 				}
 				continue
 			}
 			cur, _ = attrN(counter, attrNext)
 			known = true
+			if pending.ticket != 0 && cur >= pending.ticket {
+				// The counter passed our uncertain ticket: its row tells whether it was ours.
+				r, rerr := readItem(ctx, q.db, q.table, item{attrPK: s(key), attrSK: s(ticketSK(ns, pending.ticket))})
+				if rerr != nil {
+					known = false
+					if serr := sleep(ctx, bo.next()); serr != nil {
+						q.dropPending(ctx, key, ns, pending.ticket, leaseID)
+						return fail(fmt.Errorf("lockcore: queue %q: %w (last error: %v)", key, serr, rerr))
+					}
+					continue
+				}
+				if attrS(r, attrLeaseID) == leaseID {
+					return pending.ticket, firstUncertain, pending.ttl, nil // it landed
+				}
+				pending.ticket = 0 // another waiter's ticket: ours can never land now
+			}
 		}
 		ticket := cur + 1
 		counterCond := expression.Equal(name(attrNext), value(cur))
@@ -139,15 +175,19 @@ func (q *Queue) enqueue(ctx context.Context, key, ns, leaseID string) (int64, ti
 			WithUpdate(expression.Set(name(attrNext), value(ticket))))
 		now := q.cfg.clock.Now()
 		until := now.Add(q.cfg.lease)
+		ttl := q.cfg.ttlAt(now, q.cfg.lease+q.cfg.ttlGrace)
+		if pending.ticket == ticket {
+			ttl = pending.ttl // the same request again: a duplicate of it must fail
+		}
 		row := item{
 			attrPK: s(key), attrSK: s(ticketSK(ns, ticket)),
 			attrTicket: n(ticket), attrLeaseID: s(leaseID), attrOwner: s(q.cfg.owner),
 			attrRev: n(1), attrHB: n(now.UnixMilli()), attrUntil: n(until.UnixMilli()),
 			attrLeaseMs: n(q.cfg.lease.Milliseconds()), attrState: s(stateHeld),
-			attrExpiresAt: n(ttlSeconds(until.Add(q.cfg.ttlGrace))),
+			attrExpiresAt: n(ttl),
 		}
 		re := expr(expression.NewBuilder().WithCondition(expression.AttributeNotExists(name(attrPK))))
-		_, err := q.db.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{
+		out, err := q.db.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{
 			TransactItems: []types.TransactWriteItem{
 				{Update: &types.Update{
 					TableName:                           aws.String(q.table),
@@ -168,26 +208,28 @@ func (q *Queue) enqueue(ctx context.Context, key, ns, leaseID string) (int64, ti
 			},
 		}, noSDKRetry)
 		if err == nil {
+			q.cfg.observeServer(out.ResultMetadata)
 			if !firstUncertain.IsZero() {
 				now = firstUncertain
 			}
-			return ticket, now, nil
+			return ticket, now, ttl, nil
 		}
 		switch classify(err) {
 		case errFatal:
-			return 0, time.Time{}, fmt.Errorf("lockcore: queue %q: take ticket: %w", key, err)
+			return fail(fmt.Errorf("lockcore: queue %q: take ticket: %w", key, err))
 		case errCondition:
-			// Another waiter took this ticket. The cancellation reason carries the
-			// counter as it is now: try the next number at once.
+			// Another waiter took this ticket (or our own earlier attempt did: the
+			// counter re-read then finds our pending row). The cancellation reason
+			// carries the counter as it is now: try the next number at once.
 			var tce *types.TransactionCanceledException
-			if errors.As(err, &tce) && len(tce.CancellationReasons) > 0 {
+			if pending.ticket == 0 && errors.As(err, &tce) && len(tce.CancellationReasons) > 0 {
 				if v, ok := attrN(tce.CancellationReasons[0].Item, attrNext); ok && v > cur {
 					// Try the next number after a short jittered pause: retrying at
 					// once makes a burst of waiters collide again and again, each
 					// failed transaction costing write capacity.
 					cur = v
 					if serr := sleep(ctx, time.Duration(mrand.Int64N(int64(q.cfg.backoffBase)))+time.Millisecond); serr != nil {
-						return 0, time.Time{}, fmt.Errorf("lockcore: queue %q: %w (last error: %v)", key, serr, err)
+						return fail(fmt.Errorf("lockcore: queue %q: %w (last error: %v)", key, serr, err))
 					}
 					continue
 				}
@@ -202,15 +244,29 @@ func (q *Queue) enqueue(ctx context.Context, key, ns, leaseID string) (int64, ti
 			r, rerr := readItem(rctx, q.db, q.table, item{attrPK: s(key), attrSK: s(ticketSK(ns, ticket))})
 			cancel()
 			if rerr == nil && attrS(r, attrLeaseID) == leaseID {
-				return ticket, firstUncertain, nil // it landed
+				return ticket, firstUncertain, ttl, nil // it landed
 			}
+			pending.ticket, pending.ttl = ticket, ttl
 			known = false
 		}
 		// Throttled, conflicting transaction or unknown state: back off, read again.
 		if serr := sleep(ctx, bo.next()); serr != nil {
-			return 0, time.Time{}, fmt.Errorf("lockcore: queue %q: %w (last error: %v)", key, serr, err)
+			q.dropPending(ctx, key, ns, pending.ticket, leaseID)
+			return fail(fmt.Errorf("lockcore: queue %q: %w (last error: %v)", key, serr, err))
 		}
 	}
+}
+
+// dropPending deletes, best effort, the row of a ticket whose transaction may have
+// landed after this waiter gave up, so that no orphan row makes later waiters wait.
+func (q *Queue) dropPending(ctx context.Context, key, ns string, ticket int64, leaseID string) {
+	if ticket == 0 {
+		return
+	}
+	ctx, cancel := detached(ctx)
+	defer cancel()
+	l := &Lease{key: key, namespace: ticketSK(ns, ticket), id: leaseID, owner: q.cfg.owner, clock: q.cfg.clock}
+	_ = q.release(ctx, l)
 }
 
 // queueRow is one ticket row as read by a waiter.
@@ -431,10 +487,11 @@ func (q *Queue) renew(ctx context.Context, l *Lease) error {
 		e := expr(expression.NewBuilder().WithCondition(q.ownedBy(l)).WithUpdate(
 			expression.Set(name(attrHB), value(now.UnixMilli())).
 				Set(name(attrUntil), value(until.UnixMilli())).
-				Set(name(attrExpiresAt), value(ttlSeconds(until.Add(q.cfg.ttlGrace)))).
+				Set(name(attrExpiresAt), value(q.cfg.ttlAt(now, l.duration+q.cfg.ttlGrace))).
 				Add(name(attrRev), value(1))))
-		_, err := q.db.UpdateItem(ctx, conditionalUpdate(q.table, q.rowKey(l), e, types.ReturnValueNone), noSDKRetry)
+		out, err := q.db.UpdateItem(ctx, conditionalUpdate(q.table, q.rowKey(l), e, types.ReturnValueNone), noSDKRetry)
 		if err == nil {
+			q.cfg.observeServer(out.ResultMetadata)
 			return nil
 		}
 		switch classify(err) {
@@ -479,6 +536,13 @@ func (q *Queue) release(ctx context.Context, l *Lease) error {
 			old, _ := conditionOld(err)
 			if old == nil && uncertain {
 				// Gone: deleted by our earlier attempt, or evicted as dead before it.
+				// A row is evicted only after its heartbeat stopped for a full lease,
+				// and TTL removes it later still; so while this answer came within our
+				// lease's local validity, nobody but our earlier attempt can have
+				// deleted it.
+				if l.Remaining() > 0 {
+					return nil
+				}
 				return &LeaseError{Op: "release", Key: l.key, LeaseID: l.id, Err: errLostUnknown}
 			}
 			return q.classifyOld("release", l, old)
@@ -495,10 +559,13 @@ func (q *Queue) release(ctx context.Context, l *Lease) error {
 
 // GuardCheck returns a TransactWriteItems entry that fails the caller's transaction
 // unless this queue lease is still held (its row still exists with our lease id).
-func (q *Queue) GuardCheck(l *Lease) types.TransactWriteItem {
+func (q *Queue) GuardCheck(l *Lease) (types.TransactWriteItem, error) {
+	if l == nil {
+		return types.TransactWriteItem{}, invalidOption("lease", "must not be nil")
+	}
 	e := expr(expression.NewBuilder().WithCondition(q.ownedBy(l)))
 	return types.TransactWriteItem{ConditionCheck: &types.ConditionCheck{
 		TableName: aws.String(q.table), Key: q.rowKey(l),
 		ConditionExpression: e.Condition(), ExpressionAttributeNames: e.Names(), ExpressionAttributeValues: e.Values(),
-	}}
+	}}, nil
 }

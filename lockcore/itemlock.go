@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 	"unicode/utf8"
 
@@ -97,9 +98,18 @@ func NewItemLocker(db DynamoDB, table string, opts []Option, itemOpts ...ItemOpt
 // ItemLease is a lease on a data item together with the item as it was when locked.
 type ItemLease struct {
 	*Lease
-	item item
-	ikey item
+	item  item
+	ikey  item
+	chain writeChain
 }
+
+// Token returns the fencing token of this acquisition: the number of acquisitions the item
+// has seen, kept in its Fence attribute. Tokens strictly increase for as long as the item
+// exists. Deleting the item deletes the counter: the next acquisition starts again at 1,
+// so a token of the locking read orders the writes of one item's life only. The locking
+// read needs no token for its own writes (they are conditioned on the lease itself); use
+// a Mutex, whose tokens survive the deletion of its rows, to fence other resources.
+func (il *ItemLease) Token() Fence { return il.Lease.Token() }
 
 // Item returns the item's attributes without the lock attributes. It is nil when the
 // item did not exist before Acquire (without RequireItem).
@@ -141,7 +151,8 @@ func (il *ItemLocker) Acquire(ctx context.Context, key map[string]types.Attribut
 	fence, _ := attrN(got, il.attrs.Fence)
 	l := newLease(il, il.cfg, label, "", leaseID, Fence(fence), start)
 	l.ikey = key
-	lease := &ItemLease{Lease: l, item: il.strip(got, key), ikey: key}
+	lease := &ItemLease{Lease: l, item: il.strip(got, key), ikey: key,
+		chain: writeChain{known: true, last: attrS(got, il.attrs.Write)}}
 	l.startHeartbeat(ctx, il.cfg.heartbeat)
 	return lease, nil
 }
@@ -342,18 +353,74 @@ var ErrConditionFailed = errors.New("lockcore: caller's condition failed")
 
 // UpdateAndRelease applies update to the locked item and releases the lock in one
 // conditional UpdateItem. cond, if not nil, is an extra condition of the caller's.
-// It returns the item as written (without lock attributes).
+// It returns the item as written (without lock attributes). update and cond are not
+// modified: the same builder may be used for several items.
 //
-// Errors: ErrLeaseLost (wrapped in *LeaseError) when the lock was taken over meanwhile —
-// nothing was written; ErrConditionFailed when cond failed — nothing was written and the
-// lease is still held (call Release).
+// Errors:
+//   - ErrLeaseLost (in a *LeaseError) when the lock was taken over meanwhile: nothing
+//     was written.
+//   - ErrUnknownOutcome together with ErrLeaseLost when an earlier attempt of this write
+//     failed ambiguously and the item changed hands before that could be settled: the
+//     write may or may not have landed.
+//   - ErrConditionFailed when cond failed: nothing was written, the lease is still held
+//     and its heartbeat still runs (call Release).
+//   - any other error (a ValidationException, the context's end before anything was
+//     sent) leaves the lease held with its heartbeat running; an error that matches
+//     ErrUnknownOutcome means the write may still land while the lease is held.
 func (il *ItemLocker) UpdateAndRelease(ctx context.Context, lease *ItemLease, update expression.UpdateBuilder, cond *expression.ConditionBuilder) (map[string]types.AttributeValue, error) {
 	return il.write(ctx, lease, update, cond, true)
 }
 
 // Update applies update to the locked item and keeps the lock, conditioned on the lease.
+// It returns the item as written. A write is applied at most once, also when a response
+// is lost and the request is retried or lands late: every write names the write it
+// follows (the item's write id), so a duplicate fails its condition and is recognised.
+// Errors as for UpdateAndRelease.
 func (il *ItemLocker) Update(ctx context.Context, lease *ItemLease, update expression.UpdateBuilder, cond *expression.ConditionBuilder) (map[string]types.AttributeValue, error) {
 	return il.write(ctx, lease, update, cond, false)
+}
+
+// writeChain is what a lease knows of the item's write id (the Write attribute): the
+// value it last saw, and the ids of its own writes whose outcome is unknown. A write is
+// conditioned on the attribute holding one of those, and sets it to a fresh id; a
+// landed write thus moves the chain on, and any duplicate of it, or of an earlier write,
+// fails its condition.
+type writeChain struct {
+	mu      sync.Mutex // one write at a time per lease
+	known   bool       // last is what the item holds (false for an attached lease)
+	last    string     // "" = no write id on the item
+	pending []string   // our writes that may still land
+}
+
+const maxPendingWrites = 16
+
+func (il *ItemLocker) chainCondition(w *writeChain, writeID string) expression.ConditionBuilder {
+	attr := name(il.attrs.Write)
+	if !w.known {
+		// An attached lease does not know the chain: it can only refuse to apply this
+		// very write twice.
+		return expression.Or(expression.AttributeNotExists(attr), expression.NotEqual(attr, value(writeID)))
+	}
+	c := expression.AttributeNotExists(attr)
+	if w.last != "" {
+		c = expression.Equal(attr, value(w.last))
+	}
+	for _, p := range w.pending {
+		c = expression.Or(c, expression.Equal(attr, value(p)))
+	}
+	return c
+}
+
+func (w *writeChain) allows(id string) bool {
+	if !w.known || id == w.last {
+		return true
+	}
+	for _, p := range w.pending {
+		if p == id {
+			return true
+		}
+	}
+	return false
 }
 
 func (il *ItemLocker) write(ctx context.Context, lease *ItemLease, update expression.UpdateBuilder, cond *expression.ConditionBuilder, release bool) (item, error) {
@@ -361,37 +428,52 @@ func (il *ItemLocker) write(ctx context.Context, lease *ItemLease, update expres
 		return nil, invalidOption("lease", "must not be nil")
 	}
 	l := lease.Lease
+	w := &lease.chain
+	w.mu.Lock()
+	defer w.mu.Unlock()
 	op := "update"
 	if release {
 		op = "update-and-release"
-		l.stopHeartbeat()
+		// No renewal may race the unlock (a renewal failing after it would report the
+		// lease lost); the heartbeat resumes if the lease stays held.
+		defer l.pauseHeartbeat()()
 	}
 	if err := l.Err(); err != nil {
 		return nil, err
 	}
-	c := il.ownedBy(l)
-	if cond != nil {
-		c = expression.And(c, *cond)
-	}
 	// Every write carries a fresh id in the Write attribute: after an ambiguous failure
 	// the item itself says whether this write landed.
 	writeID := randomHex(16)
-	u := update.Set(name(il.attrs.Write), value(writeID))
+	u := cloneUpdate(update).Set(name(il.attrs.Write), value(writeID))
 	if release {
 		u = il.unlock(u)
 	}
-	e, err := expression.NewBuilder().WithCondition(c).WithUpdate(u).Build()
-	if err != nil {
-		return nil, invalidOption("update", "%v", err)
-	}
 	landed := func(it item) (item, error) {
+		w.known, w.last, w.pending = true, writeID, nil
 		if release {
 			l.finish(nil)
 		}
 		return il.strip(it, lease.ikey), nil
 	}
+	uncertain := false // an attempt may have landed without our knowing
+	unknown := func(err error) error {
+		if uncertain && len(w.pending) < maxPendingWrites {
+			w.pending = append(w.pending, writeID)
+			return fmt.Errorf("lockcore: %s %s: %w: %w", op, l.key, ErrUnknownOutcome, err)
+		}
+		return fmt.Errorf("lockcore: %s %s: %w", op, l.key, err)
+	}
 	bo := backoff{base: il.cfg.backoffBase, cap: il.cfg.backoffCap}
+	adopted := 0
 	for {
+		c := expression.And(il.ownedBy(l), il.chainCondition(w, writeID))
+		if cond != nil {
+			c = expression.And(c, *cond)
+		}
+		e, err := expression.NewBuilder().WithCondition(c).WithUpdate(u).Build()
+		if err != nil {
+			return nil, invalidOption("update", "%v", err)
+		}
 		out, err := il.db.UpdateItem(ctx, conditionalUpdate(il.table, lease.ikey, e, types.ReturnValueAllNew), noSDKRetry)
 		if err == nil {
 			return landed(out.Attributes)
@@ -400,22 +482,43 @@ func (il *ItemLocker) write(ctx context.Context, lease *ItemLease, update expres
 		case errCondition:
 			old, ok := conditionOld(err)
 			if !ok {
-				old, _ = il.read(ctx, lease.ikey)
+				var rerr error
+				if old, rerr = il.read(ctx, lease.ikey); rerr != nil {
+					if uncertain {
+						return nil, unknown(rerr)
+					}
+					return nil, fmt.Errorf("lockcore: %s %s: condition failed and re-read failed: %w", op, l.key, rerr)
+				}
 			}
-			if attrS(old, il.attrs.Write) == writeID {
+			cur := attrS(old, il.attrs.Write)
+			if cur == writeID {
 				return landed(old) // an earlier attempt of this write landed
 			}
 			if attrS(old, il.attrs.LockedBy) == l.id && attrS(old, il.attrs.Owner) == l.owner {
-				return nil, fmt.Errorf("lockcore: %s %s: %w", op, l.key, ErrConditionFailed)
+				if w.allows(cur) {
+					return nil, fmt.Errorf("lockcore: %s %s: %w", op, l.key, ErrConditionFailed)
+				}
+				// Still ours, but written by someone else under this lease (an attached
+				// handle): follow the chain from there.
+				if adopted++; adopted <= 3 {
+					w.known, w.last, w.pending = true, cur, nil
+					continue
+				}
+				return nil, fmt.Errorf("lockcore: %s %s: the item's write id keeps changing under this lease: %w", op, l.key, ErrConditionFailed)
 			}
 			lerr := il.classifyOld(op, l, old)
+			if uncertain && errors.Is(lerr, ErrLeaseLost) {
+				// Our earlier attempt may have landed before the lease changed hands.
+				lerr = &LeaseError{Op: op, Key: l.key, LeaseID: l.id, Current: il.holderOf(old), Err: errLostUnknown}
+			}
 			if errors.Is(lerr, ErrLeaseLost) {
 				l.finish(lerr)
 			}
 			return nil, lerr
 		case errFatal:
-			return nil, fmt.Errorf("lockcore: %s %s: %w", op, l.key, err)
+			return nil, unknown(err)
 		case errAmbiguous:
+			uncertain = true
 			rctx, cancel := detached(ctx)
 			cur, rerr := il.read(rctx, lease.ikey)
 			cancel()
@@ -424,7 +527,8 @@ func (il *ItemLocker) write(ctx context.Context, lease *ItemLease, update expres
 				case attrS(cur, il.attrs.Write) == writeID:
 					return landed(cur)
 				case attrS(cur, il.attrs.LockedBy) == l.id:
-					// Still ours and not written: retry the same write.
+					// Still ours and not written yet: retrying the same write is safe,
+					// its condition refuses a second landing.
 				default:
 					// The lease changed hands. Our write may have landed and been
 					// overwritten since, or never landed: nobody can tell.
@@ -436,7 +540,7 @@ func (il *ItemLocker) write(ctx context.Context, lease *ItemLease, update expres
 			}
 		}
 		if serr := sleep(ctx, bo.next()); serr != nil {
-			return nil, fmt.Errorf("lockcore: %s %s: %w (last error: %v)", op, l.key, serr, err)
+			return nil, unknown(fmt.Errorf("%w (last error: %v)", serr, err))
 		}
 	}
 }

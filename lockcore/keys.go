@@ -29,10 +29,18 @@ func validatePK(field, v string) error {
 	return nil
 }
 
+// nsSeparator joins a namespace and a strategy's row suffix in the lock table's sort
+// key (Mutex: "<ns>", TicketLock: "<ns>#ticket", Queue: "<ns>#counter", "<ns>#t#<n>").
+// Namespaces must not contain it, so that no namespace of one strategy can name a row of
+// another strategy or of another namespace.
+const nsSeparator = "#"
+
 func validateSK(field, v string, room int) error {
 	switch {
 	case v == "":
 		return invalidKey(field, "must not be empty")
+	case strings.Contains(v, nsSeparator):
+		return invalidKey(field, "%q must not contain %q (it separates a namespace from a strategy's row suffix)", v, nsSeparator)
 	case len(v)+room > MaxSortKeyBytes:
 		return invalidKey(field, "is %d bytes; at most %d fit in a DynamoDB sort key here", len(v), MaxSortKeyBytes-room)
 	case !utf8.ValidString(v):

@@ -38,6 +38,8 @@ type Lease struct {
 	done       chan struct{}
 	stopHB     context.CancelFunc
 	hbDone     chan struct{}
+	hbParent   context.Context // the heartbeat's context, to resume it after a pause
+	hbInterval time.Duration
 }
 
 func newLease(ops leaseOps, cfg *config, key, ns, id string, token Fence, start time.Time) *Lease {
@@ -196,10 +198,33 @@ func (l *Lease) finish(err error) {
 func (l *Lease) stopHeartbeat() {
 	l.mu.Lock()
 	stop, done := l.stopHB, l.hbDone
+	l.stopHB, l.hbDone = nil, nil
 	l.mu.Unlock()
 	if stop != nil {
 		stop()
 		<-done
+	}
+}
+
+// pauseHeartbeat stops the heartbeat for a write that may end the lease; the returned
+// function starts it again if the lease is still held then, so that a failed write never
+// leaves a lock held without renewals.
+func (l *Lease) pauseHeartbeat() (resume func()) {
+	l.mu.Lock()
+	running := l.stopHB != nil
+	parent, interval := l.hbParent, l.hbInterval
+	l.mu.Unlock()
+	if !running {
+		return func() {}
+	}
+	l.stopHeartbeat()
+	return func() {
+		l.mu.Lock()
+		finished := l.finished
+		l.mu.Unlock()
+		if !finished && parent.Err() == nil {
+			l.startHeartbeat(parent, interval)
+		}
 	}
 }
 
@@ -211,11 +236,13 @@ func (l *Lease) startHeartbeat(ctx context.Context, interval time.Duration) {
 		return
 	}
 	hbCtx, cancel := context.WithCancel(ctx)
+	hbDone := make(chan struct{})
 	l.mu.Lock()
-	l.stopHB, l.hbDone = cancel, make(chan struct{})
+	l.stopHB, l.hbDone = cancel, hbDone
+	l.hbParent, l.hbInterval = ctx, interval
 	l.mu.Unlock()
 	go func() {
-		defer close(l.hbDone)
+		defer close(hbDone)
 		// The first renewal is due one interval into the lease's validity.
 		wait := max(0, l.Remaining()-(l.duration-interval))
 		for {

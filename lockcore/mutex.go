@@ -116,6 +116,14 @@ func (m *Mutex) Acquire(ctx context.Context, key string, opts ...AcquireOption) 
 	}
 	fence, _ := attrN(got, attrFence)
 	l := newLease(m, m.cfg, key, ac.namespace, leaseID, makeFence(epoch, fence), start)
+	if ttl, _ := attrN(got, attrExpiresAt); m.cfg.ttlTooEarly(ttl, m.cfg.lease+m.cfg.ttlGrace) {
+		// Our clock runs slow: TTL could remove the row while we hold it. Rewrite the
+		// TTL from the server's time before the lease is used.
+		if err := l.Renew(ctx); err != nil {
+			m.abandon(ctx, key, ac.namespace, leaseID)
+			return nil, err
+		}
+	}
 	l.startHeartbeat(ctx, m.cfg.heartbeat)
 	return l, nil
 }
@@ -160,7 +168,7 @@ func (m *Mutex) attempt(ctx context.Context, key string, ac *acquireConfig, leas
 		Set(name(attrLeaseID), value(leaseID)).
 		Set(name(attrLeaseMs), value(m.cfg.lease.Milliseconds())).
 		Set(name(attrUntil), value(until.UnixMilli())).
-		Set(name(attrExpiresAt), value(ttlSeconds(until.Add(m.cfg.ttlGrace)))).
+		Set(name(attrExpiresAt), value(m.cfg.ttlAt(now, m.cfg.lease+m.cfg.ttlGrace))).
 		Set(name(attrAcquiredAt), value(now.UnixMilli())).
 		Set(name(attrPrevLease), expression.IfNotExists(name(attrLeaseID), value("-"))).
 		Set(name(attrPrevState), expression.IfNotExists(name(attrState), value("-"))).
@@ -174,6 +182,7 @@ func (m *Mutex) attempt(ctx context.Context, key string, ac *acquireConfig, leas
 	e := expr(expression.NewBuilder().WithCondition(free).WithUpdate(upd))
 	out, err := m.db.UpdateItem(ctx, conditionalUpdate(m.table, m.keyOf(key, ac.namespace), e, types.ReturnValueAllNew), noSDKRetry)
 	if err == nil {
+		m.cfg.observeServer(out.ResultMetadata)
 		return out.Attributes, nil, false, nil
 	}
 	switch classify(err) {
@@ -306,11 +315,12 @@ func (m *Mutex) renew(ctx context.Context, l *Lease) error {
 		e := expr(expression.NewBuilder().
 			WithCondition(m.ownedBy(l)).
 			WithUpdate(expression.Set(name(attrUntil), value(until.UnixMilli())).
-				Set(name(attrExpiresAt), value(ttlSeconds(until.Add(m.cfg.ttlGrace)))).
+				Set(name(attrExpiresAt), value(m.cfg.ttlAt(now, l.duration+m.cfg.ttlGrace))).
 				Add(name(attrRev), value(1))))
-		_, err := m.db.UpdateItem(ctx, conditionalUpdate(m.table, m.keyOf(l.key, l.namespace), e, types.ReturnValueNone), noSDKRetry)
+		out, err := m.db.UpdateItem(ctx, conditionalUpdate(m.table, m.keyOf(l.key, l.namespace), e, types.ReturnValueNone), noSDKRetry)
 		switch {
 		case err == nil:
+			m.cfg.observeServer(out.ResultMetadata)
 			return nil
 		case classify(err) == errCondition:
 			return m.leaseFailure(ctx, "renew", l, err)
@@ -334,7 +344,7 @@ func (m *Mutex) release(ctx context.Context, l *Lease) error {
 		e := expr(expression.NewBuilder().
 			WithCondition(m.ownedBy(l)).
 			WithUpdate(expression.Set(name(attrState), value(stateReleased)).
-				Set(name(attrExpiresAt), value(ttlSeconds(now.Add(m.cfg.retention)))).
+				Set(name(attrExpiresAt), value(m.cfg.ttlAt(now, m.cfg.retention))).
 				Remove(name(attrData)).
 				Remove(name(attrUntil))))
 		_, err := m.db.UpdateItem(ctx, conditionalUpdate(m.table, m.keyOf(l.key, l.namespace), e, types.ReturnValueNone), noSDKRetry)
@@ -421,7 +431,10 @@ func (m *Mutex) classifyOld(op string, l *Lease, old item) error {
 // GuardCheck returns a TransactWriteItems entry that fails the caller's transaction
 // unless this lease is still held. Add it to a transaction that writes data protected by
 // the lock, so that a holder that lost its lease (paused past it, say) cannot write.
-func (m *Mutex) GuardCheck(l *Lease) types.TransactWriteItem {
+func (m *Mutex) GuardCheck(l *Lease) (types.TransactWriteItem, error) {
+	if l == nil {
+		return types.TransactWriteItem{}, invalidOption("lease", "must not be nil")
+	}
 	e := expr(expression.NewBuilder().WithCondition(m.ownedBy(l)))
 	return types.TransactWriteItem{ConditionCheck: &types.ConditionCheck{
 		TableName:                           aws.String(m.table),
@@ -430,5 +443,5 @@ func (m *Mutex) GuardCheck(l *Lease) types.TransactWriteItem {
 		ExpressionAttributeNames:            e.Names(),
 		ExpressionAttributeValues:           e.Values(),
 		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
-	}}
+	}}, nil
 }

@@ -3,6 +3,7 @@ package lockcore
 import (
 	"fmt"
 	"os"
+	"reflect"
 	"time"
 )
 
@@ -58,6 +59,8 @@ const (
 	DefaultRetention   = 24 * time.Hour
 	DefaultBackoffBase = 20 * time.Millisecond
 	DefaultBackoffCap  = time.Second
+	// MinHeartbeat is the shortest heartbeat interval accepted: each beat is a write.
+	MinHeartbeat = 10 * time.Millisecond
 )
 
 // config holds the options shared by every strategy.
@@ -76,6 +79,7 @@ type config struct {
 	wait        WaitPolicy
 	hooks       testHooks
 	seen        *observations
+	server      *serverClock
 }
 
 // testHooks lets tests inject delays at precise points of a protocol.
@@ -108,8 +112,9 @@ func WithMinLease(d time.Duration) Option {
 	}
 }
 
-// WithHeartbeat sets the automatic renewal interval; it must be shorter than the lease.
-// Zero disables automatic heartbeats (call Lease.Renew yourself). Default: half the lease.
+// WithHeartbeat sets the automatic renewal interval: at least MinHeartbeat and shorter
+// than the lease. Zero disables automatic heartbeats (call Lease.Renew yourself).
+// Default: half the lease.
 func WithHeartbeat(d time.Duration) Option {
 	return func(c *config) error { c.heartbeat = d; c.hbSet = true; return nil }
 }
@@ -152,9 +157,12 @@ func WithTakeover(m TakeoverMode) Option {
 }
 
 // WithTTLGrace sets how long after its lease end a held row's TTL attribute (expiresAt)
-// lies (default 15m). DynamoDB's TTL deletes on the server's clock; the grace keeps a
-// deletion from ever racing a live holder whose clock runs slow, and keeps fencing tokens
-// ordered across deletions. Zero is allowed (tests of TTL behaviour).
+// lies (default 15m). DynamoDB's TTL deletes on the server's clock, and lockcore counts
+// TTLs from the later of the local clock and the server's clock as seen in responses
+// (before the first response: at least the retention period ahead), so a holder whose
+// clock runs slow keeps its row. The grace covers what remains: the Date header's
+// one-second resolution and a local clock stepped back between a response and a
+// renewal. Zero is allowed (tests of TTL behaviour).
 func WithTTLGrace(d time.Duration) Option {
 	return func(c *config) error {
 		if d < 0 {
@@ -209,6 +217,9 @@ func clientConfig(db DynamoDB, table string, opts []Option) (*config, error) {
 	if db == nil {
 		return nil, invalidOption("db", "must not be nil")
 	}
+	if v := reflect.ValueOf(db); v.Kind() == reflect.Pointer && v.IsNil() {
+		return nil, invalidOption("db", "must not be a nil %T", db)
+	}
 	if table == "" {
 		return nil, invalidOption("table", "must not be empty")
 	}
@@ -240,6 +251,7 @@ func newConfig(opts []Option) (*config, error) {
 			return nil, err
 		}
 	}
+	c.server = serverClockOf(c.clock)
 	if c.lease <= 0 {
 		return nil, invalidOption("lease", "must be positive, got %s", c.lease)
 	}
@@ -254,6 +266,9 @@ func newConfig(opts []Option) (*config, error) {
 	}
 	if c.heartbeat < 0 {
 		return nil, invalidOption("heartbeat", "must not be negative, got %s", c.heartbeat)
+	}
+	if c.heartbeat > 0 && c.heartbeat < MinHeartbeat {
+		return nil, invalidOption("heartbeat", "must be 0 (off) or at least %s, got %s", MinHeartbeat, c.heartbeat)
 	}
 	if c.heartbeat >= c.lease {
 		return nil, invalidOption("heartbeat", "must be shorter than the lease (%s), got %s", c.lease, c.heartbeat)
@@ -313,6 +328,7 @@ type AcquireOption func(*acquireConfig) error
 type acquireConfig struct {
 	wait      WaitPolicy
 	namespace string
+	nsSet     bool // Namespace was given (a Queue's default differs)
 	data      []byte
 }
 
@@ -328,9 +344,12 @@ func Wait(p WaitPolicy) AcquireOption {
 }
 
 // Namespace selects an independent lock on the same key (the lock row's sort key).
-// Default "lock". Several namespaces give several independent locks on one entity.
+// Default "lock" ("queue" for a Queue). Several namespaces give several independent
+// locks on one entity. A namespace is non-empty UTF-8 without '#' (the separator of the
+// strategies' row suffixes), so locks of different namespaces and strategies never
+// share a row.
 func Namespace(ns string) AcquireOption {
-	return func(a *acquireConfig) error { a.namespace = ns; return nil }
+	return func(a *acquireConfig) error { a.namespace, a.nsSet = ns, true; return nil }
 }
 
 // Data stores opaque bytes with the lock (at most 64 KiB), readable by Get.

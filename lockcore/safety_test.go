@@ -111,7 +111,7 @@ func TestPausedHolderMutex(t *testing.T) {
 	}
 	// Guarded transaction: also refused.
 	_, err = e.db.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: []types.TransactWriteItem{
-		a.GuardCheck(la),
+		guardOf(a.GuardCheck(la)),
 		{Put: &types.Put{TableName: aws.String(e.data), Item: map[string]types.AttributeValue{
 			"pk": &types.AttributeValueMemberS{Value: "doc"}, "sk": &types.AttributeValueMemberS{Value: "OTHER"}}}},
 	}})

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -111,10 +112,11 @@ type ticketRow struct {
 	waiters               map[int64]string // ticket → w# attribute
 	ownTicket             int64            // ticket of the w# entry asked about (0: none)
 	ownEntry, servedEntry bool
+	tombs                 map[string]int64 // w# attribute → ms: withdrawn before issued
 }
 
 func parseTicketRow(it item, wattr string) ticketRow {
-	r := ticketRow{exists: it != nil, waiters: map[int64]string{}}
+	r := ticketRow{exists: it != nil, waiters: map[int64]string{}, tombs: map[string]int64{}}
 	r.next, _ = attrN(it, attrNext)
 	r.serving, _ = attrN(it, attrServing)
 	r.rev, _ = attrN(it, attrRev)
@@ -125,6 +127,11 @@ func parseTicketRow(it item, wattr string) ticketRow {
 	r.skip, _ = attrN(it, attrSkip)
 	for k := range it {
 		if strings.HasPrefix(k, waiterPrefix) {
+			if ts, ok := strings.CutPrefix(attrS(it, k), tombPrefix); ok {
+				ms, _ := strconv.ParseInt(ts, 10, 64)
+				r.tombs[k] = ms
+				continue
+			}
 			if v, ok := attrN(it, k); ok {
 				r.waiters[v+1] = k
 				if k == wattr {
@@ -151,7 +158,7 @@ func (t *TicketLock) validate(key, ns string) error {
 // expiry is the TTL every write gives the row: far enough that TTL never removes a row
 // in use (every holder writes at least every heartbeat interval).
 func (t *TicketLock) expiry(now time.Time) int64 {
-	return ttlSeconds(now.Add(max(t.cfg.retention, t.cfg.lease+t.cfg.ttlGrace)))
+	return t.cfg.ttlAt(now, max(t.cfg.retention, t.cfg.lease+t.cfg.ttlGrace))
 }
 
 // ticketHold is one ticket of one acquisition: the leaseOps of its Lease.
@@ -163,6 +170,7 @@ type ticketHold struct {
 	life   string
 	wattr  string
 	since  time.Time // when Acquire returned (for the hold-time estimate)
+	gc     []string  // old tombstones seen when the ticket was issued: removed on release
 }
 
 // Acquire takes a ticket and waits for its turn, as the wait policy says (default: until
@@ -208,11 +216,17 @@ func noWait(p WaitPolicy) bool { return !p.forever && p.max == 0 }
 
 // take issues a ticket. It returns the row as the issuing update left it and the send
 // time of the first request that may have issued it.
-func (t *TicketLock) take(ctx context.Context, key string, ac *acquireConfig, start time.Time) (*ticketHold, ticketRow, time.Time, error) {
+func (t *TicketLock) take(ctx context.Context, key string, ac *acquireConfig, start time.Time) (_ *ticketHold, _ ticketRow, _ time.Time, retErr error) {
 	h := &ticketHold{t: t, key: key, ns: ac.namespace, life: randomHex(8), wattr: waiterPrefix + randomHex(6)}
 	leaseMs := t.cfg.lease.Milliseconds()
 	bo := backoff{base: t.cfg.backoffBase, cap: t.cfg.backoffCap}
 	var first time.Time
+	uncertain := false // a ticket request may have landed, or may still land
+	defer func() {
+		if retErr != nil && uncertain {
+			t.withdrawUnknown(ctx, key, ac.namespace, h)
+		}
+	}()
 	for {
 		// A lease length may change only while nobody holds or waits (serving > next).
 		cond := expression.And(
@@ -240,8 +254,10 @@ func (t *TicketLock) take(ctx context.Context, key string, ac *acquireConfig, st
 		}
 		out, err := t.db.UpdateItem(ctx, conditionalUpdate(t.table, t.keyOf(key, ac.namespace), e, types.ReturnValueAllNew), noSDKRetry)
 		if err == nil {
+			t.cfg.observeServer(out.ResultMetadata)
 			row := parseTicketRow(out.Attributes, h.wattr)
 			h.ticket, h.life = row.ownTicket, row.life
+			h.gc = row.oldTombs(now)
 			return h, row, first, nil
 		}
 		switch classify(err) {
@@ -255,7 +271,12 @@ func (t *TicketLock) take(ctx context.Context, key string, ac *acquireConfig, st
 			row := parseTicketRow(old, h.wattr)
 			if row.ownEntry { // an earlier, ambiguous attempt of ours landed
 				h.ticket, h.life = row.ownTicket, row.life
+				h.gc = row.oldTombs(now)
 				return h, row, first, nil
+			}
+			if _, gone := row.tombs[h.wattr]; gone {
+				// Cannot happen: only this call writes the tombstone, after its last try.
+				return nil, ticketRow{}, time.Time{}, fmt.Errorf("lockcore: ticket lock %q: ticket request withdrawn", key)
 			}
 			if row.leaseMs != leaseMs && row.serving <= row.next && !noWait(ac.wait) {
 				return nil, ticketRow{}, time.Time{}, &OptionError{Field: "lease", Err: ErrInvalidOption,
@@ -272,8 +293,10 @@ func (t *TicketLock) take(ctx context.Context, key string, ac *acquireConfig, st
 		}
 		// Throttled, or ambiguous: the retry carries the same w# entry, so if the first
 		// attempt landed its condition fails and returns the row with our ticket.
+		if classify(err) == errAmbiguous {
+			uncertain = true
+		}
 		if serr := sleep(ctx, bo.next()); serr != nil {
-			t.withdrawUnknown(ctx, key, ac.namespace, h)
 			return nil, ticketRow{}, time.Time{}, &HeldError{Key: key, Waited: t.cfg.clock.Now().Sub(start), Cause: serr}
 		}
 	}
@@ -479,26 +502,72 @@ func (t *TicketLock) withdraw(ctx context.Context, h *ticketHold) {
 	}
 }
 
-// withdrawUnknown withdraws a ticket request whose outcome is unknown: if it landed, its
-// entry tells the ticket.
+// Tombstones. A ticket request whose outcome is unknown when its waiter gives up (its
+// context was cancelled while the request was in flight, say) may land later, after any
+// read the waiter could make; nobody would then withdraw it, and the queue would idle a
+// lease when its turn came. So the waiter withdraws the request itself: it sets its w#
+// entry to a tombstone unless the entry exists. A request landing after that fails its
+// attribute_not_exists(w#) condition and issues nothing; a request that had landed is
+// withdrawn as usual. Tombstones older than tombLife are removed by the next holder's
+// release: by then no request can land (DynamoDB refuses a signed request more than
+// five minutes after its signing time).
+const (
+	tombPrefix = "x"
+	tombLife   = 15 * time.Minute
+	maxTombGC  = 16
+)
+
+func (r ticketRow) oldTombs(now time.Time) []string {
+	var old []string
+	for k, ms := range r.tombs {
+		if now.Sub(time.UnixMilli(ms)) > tombLife && len(old) < maxTombGC {
+			old = append(old, k)
+		}
+	}
+	return old
+}
+
+// withdrawUnknown withdraws a ticket request whose outcome is unknown: a tombstone if it
+// has not landed (so that it never will), the ticket's withdrawal if it has.
 func (t *TicketLock) withdrawUnknown(ctx context.Context, key, ns string, h *ticketHold) {
 	rctx, cancel := detached(ctx)
 	defer cancel()
-	it, err := t.read(rctx, key, ns)
-	if err != nil {
-		return // an orphaned ticket is skipped by waiters after a lease
-	}
-	row := parseTicketRow(it, h.wattr)
-	if row.ownEntry {
-		h.ticket, h.life = row.ownTicket, row.life
-		t.withdraw(ctx, h)
+	now := t.cfg.clock.Now()
+	e := expr(expression.NewBuilder().
+		WithCondition(expression.AttributeNotExists(name(h.wattr))).
+		WithUpdate(expression.Set(name(h.wattr), value(tombPrefix+strconv.FormatInt(now.UnixMilli(), 10))).
+			Set(name(attrExpiresAt), value(t.expiry(now)))))
+	for range 5 {
+		_, err := t.db.UpdateItem(rctx, conditionalUpdate(t.table, t.keyOf(key, ns), e, types.ReturnValueNone), noSDKRetry)
+		switch {
+		case err == nil:
+			return
+		case classify(err) == errCondition:
+			old, ok := conditionOld(err)
+			if !ok {
+				if old, err = t.read(rctx, key, ns); err != nil {
+					return
+				}
+			}
+			row := parseTicketRow(old, h.wattr)
+			if row.ownEntry {
+				h.ticket, h.life = row.ownTicket, row.life
+				t.withdraw(ctx, h)
+			}
+			return // or our tombstone from an earlier attempt
+		case classify(err) == errFatal:
+			return
+		}
+		if sleep(rctx, 50*time.Millisecond) != nil {
+			return
+		}
 	}
 }
 
 // startEpoch gives the row a fence epoch, for a holder that found none (the row's first
 // life, or the first after TTL deleted it).
 func (t *TicketLock) startEpoch(ctx context.Context, h *ticketHold) (int64, error) {
-	epoch, err := takeEpoch(ctx, t.db, t.table, h.key)
+	epoch, err := takeEpoch(ctx, t.db, t.table, h.key, backoff{base: t.cfg.backoffBase, cap: t.cfg.backoffCap})
 	if err != nil {
 		return 0, err
 	}
@@ -568,7 +637,10 @@ func (t *TicketLock) Get(ctx context.Context, key string, opts ...AcquireOption)
 
 // GuardCheck returns a TransactWriteItems entry that fails the caller's transaction
 // unless this lease is still held (its ticket is still served).
-func (t *TicketLock) GuardCheck(l *Lease) types.TransactWriteItem {
+func (t *TicketLock) GuardCheck(l *Lease) (types.TransactWriteItem, error) {
+	if l == nil {
+		return types.TransactWriteItem{}, invalidOption("lease", "must not be nil")
+	}
 	h, _ := l.ops.(*ticketHold)
 	var ticket int64
 	life := ""
@@ -582,7 +654,7 @@ func (t *TicketLock) GuardCheck(l *Lease) types.TransactWriteItem {
 		TableName: aws.String(t.table), Key: t.keyOf(l.key, l.namespace),
 		ConditionExpression: e.Condition(), ExpressionAttributeNames: e.Names(), ExpressionAttributeValues: e.Values(),
 		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
-	}}
+	}}, nil
 }
 
 func (h *ticketHold) ours() expression.ConditionBuilder {
@@ -599,9 +671,10 @@ func (h *ticketHold) renew(ctx context.Context, l *Lease) error {
 		e := expr(expression.NewBuilder().WithCondition(h.ours()).WithUpdate(
 			expression.Add(name(attrRev), value(1)).
 				Set(name(attrExpiresAt), value(t.expiry(t.cfg.clock.Now())))))
-		_, err := t.db.UpdateItem(ctx, conditionalUpdate(t.table, t.keyOf(h.key, h.ns), e, types.ReturnValueNone), noSDKRetry)
+		out, err := t.db.UpdateItem(ctx, conditionalUpdate(t.table, t.keyOf(h.key, h.ns), e, types.ReturnValueNone), noSDKRetry)
 		switch {
 		case err == nil:
+			t.cfg.observeServer(out.ResultMetadata)
 			return nil
 		case classify(err) == errCondition:
 			return &LeaseError{Op: "renew", Key: h.key, LeaseID: l.id, Err: ErrLeaseLost}
@@ -625,12 +698,15 @@ func (h *ticketHold) release(ctx context.Context, l *Lease) error {
 	bo := backoff{base: t.cfg.backoffBase, cap: t.cfg.backoffCap}
 	uncertain := false
 	for {
-		e := expr(expression.NewBuilder().WithCondition(h.ours()).WithUpdate(
-			expression.Set(name(attrServing), value(h.ticket+1)).
-				Set(name(attrRel), value(h.ticket)).
-				Set(name(attrExpiresAt), value(t.expiry(t.cfg.clock.Now()))).
-				Add(name(attrRev), value(1)).
-				Remove(name(h.wattr))))
+		upd := expression.Set(name(attrServing), value(h.ticket+1)).
+			Set(name(attrRel), value(h.ticket)).
+			Set(name(attrExpiresAt), value(t.expiry(t.cfg.clock.Now()))).
+			Add(name(attrRev), value(1)).
+			Remove(name(h.wattr))
+		for _, tomb := range h.gc {
+			upd = upd.Remove(name(tomb))
+		}
+		e := expr(expression.NewBuilder().WithCondition(h.ours()).WithUpdate(upd))
 		_, err := t.db.UpdateItem(ctx, conditionalUpdate(t.table, t.keyOf(h.key, h.ns), e, types.ReturnValueNone), noSDKRetry)
 		if err == nil {
 			return nil

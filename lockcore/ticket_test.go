@@ -221,7 +221,7 @@ func TestTicketCrashedHolderTakeover(t *testing.T) {
 	data := dataKey("guarded")
 	data["n"] = &types.AttributeValueMemberN{Value: "1"}
 	_, err = e.db.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: []types.TransactWriteItem{
-		a.GuardCheck(la),
+		guardOf(a.GuardCheck(la)),
 		{Put: &types.Put{TableName: aws.String(e.data), Item: data}},
 	}})
 	var tce *types.TransactionCanceledException
@@ -229,7 +229,7 @@ func TestTicketCrashedHolderTakeover(t *testing.T) {
 		t.Fatalf("guarded write of the old holder: %v, want a cancelled transaction", err)
 	}
 	if _, err := e.db.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: []types.TransactWriteItem{
-		b.GuardCheck(r.l),
+		guardOf(b.GuardCheck(r.l)),
 		{Put: &types.Put{TableName: aws.String(e.data), Item: data}},
 	}}); err != nil {
 		t.Fatalf("guarded write of the new holder: %v", err)

@@ -91,6 +91,9 @@ func (v *Versioned) Update(ctx context.Context, key map[string]types.AttributeVa
 	if len(key) == 0 {
 		return nil, 0, invalidKey("key", "must not be empty")
 	}
+	if merge == nil {
+		return nil, 0, invalidOption("merge", "must not be nil")
+	}
 	bo := backoff{base: v.cfg.backoffBase, cap: v.cfg.backoffCap}
 	// Writers of ambiguous attempts, all conditioned on version pendingVer (-1: none).
 	var pending []string

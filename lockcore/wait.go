@@ -2,6 +2,7 @@ package lockcore
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"time"
 )
@@ -88,7 +89,7 @@ func (c *config) waitFor(ctx context.Context, key, obsKey string, p WaitPolicy, 
 		won, holder, err := attempt(ctx, stale)
 		if err != nil {
 			if cerr := ctx.Err(); cerr != nil {
-				return &HeldError{Key: key, Holder: last, Waited: c.clock.Now().Sub(start), Cause: cerr}
+				return c.ended(key, last, start, cerr)
 			}
 			return err
 		}
@@ -132,7 +133,17 @@ func (c *config) waitFor(ctx context.Context, key, obsKey string, p WaitPolicy, 
 			d = min(d, p.max-waited)
 		}
 		if err := sleep(ctx, d); err != nil {
-			return &HeldError{Key: key, Holder: last, Waited: c.clock.Now().Sub(start), Cause: err}
+			return c.ended(key, last, start, err)
 		}
 	}
+}
+
+// ended explains a wait that the context ended: a *HeldError when someone was seen
+// holding the lock, else the context's error alone (the lock may well be free: the
+// caller cancelled, nobody held it).
+func (c *config) ended(key string, last *Holder, start time.Time, cause error) error {
+	if last == nil {
+		return fmt.Errorf("lockcore: acquire %q: %w", key, cause)
+	}
+	return &HeldError{Key: key, Holder: last, Waited: c.clock.Now().Sub(start), Cause: cause}
 }

@@ -212,11 +212,19 @@ func checkPartition(ops []op, timeout time.Duration) partResult {
 	}
 	if finalIdx >= 0 {
 		r.Final = ops[finalIdx].ObsN
+		if d := ops[finalIdx].ObsAdds - r.Final; d > 0 {
+			// Each locking-read write sets n = N+1 and ADDs 1 to adds: more adds than
+			// n means a write was applied twice.
+			r.DuplicateIncrements += int(d)
+			if len(r.Details) < 5 {
+				r.Details = append(r.Details, fmt.Sprintf("%s: %d writes applied twice (adds %d, n %d)", r.Part, d, ops[finalIdx].ObsAdds, r.Final))
+			}
+		}
 	}
 	if d := int64(r.Applied) - r.Final; d > 0 {
 		r.LostUpdates = int(d)
 	} else {
-		r.DuplicateIncrements = int(-d)
+		r.DuplicateIncrements += int(-d)
 	}
 	sort.SliceStable(hist, func(a, b int) bool { return hist[a].Call < hist[b].Call })
 	r.Result, r.info = porcupine.CheckOperationsVerbose(registerModel, hist, timeout)

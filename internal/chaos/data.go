@@ -32,6 +32,9 @@ const (
 	attrLast       = "lastOp"
 	attrFence      = "fence"
 	attrFenceLease = "fenceLease"
+	// attrAdds counts the locking read's writes with ADD: each write sets n = N+1 and adds
+	// 1 here, so a write applied twice (a retried or late duplicate) leaves adds > n.
+	attrAdds = "adds"
 )
 
 func itemKey(strategy string, k int) map[string]types.AttributeValue {
@@ -49,6 +52,7 @@ func partName(strategy string, k int) string { return fmt.Sprintf("%s/%d", strat
 type obs struct {
 	N    int64
 	Last string
+	Adds int64 // attrAdds (locking-read items only)
 }
 
 func obsOf(it map[string]types.AttributeValue) obs {
@@ -59,6 +63,7 @@ func obsOf(it map[string]types.AttributeValue) obs {
 	if v, ok := it[attrLast].(*types.AttributeValueMemberS); ok {
 		o.Last = v.Value
 	}
+	o.Adds, _ = numAttr(it, attrAdds)
 	return o
 }
 

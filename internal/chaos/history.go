@@ -49,6 +49,7 @@ type op struct {
 	Status   opStatus
 	ObsN     int64  // n read (increments: the value the write is based on)
 	ObsLast  string // lastOp read
+	ObsAdds  int64  // adds read (final reads of locking-read items)
 
 	// For refused writes under a lease: the holder's lease was still valid by its local
 	// clock when the refusal came back (a lower-bound estimate). Then another client got

@@ -42,6 +42,10 @@ type Report struct {
 	DuplicateIncrements int `json:"duplicate_increments"`
 	// MisreportedOutcomes: writes reported as not applied that took effect.
 	MisreportedOutcomes int `json:"misreported_outcomes"`
+	// OrphanTickets: ticket-lock entries left in the queue after the run by waiters that
+	// are gone (a ticket request that landed after its waiter gave up), beyond those of
+	// holder processes killed before they acquired. Each would idle the lock a lease.
+	OrphanTickets int `json:"orphan_tickets"`
 	// MessagesLost and MessagesDoubleApplied are null when the handler workload did not
 	// run (see Notes).
 	MessagesLost          *int `json:"messages_lost"`
@@ -224,7 +228,7 @@ func (r *runner) report(elapsed time.Duration, shopRes *ShopResult) *Report {
 			"messages_lost and messages_double_applied are null: the order/inventory handler workload (internal/shop) was not part of this run.")
 	}
 	rep.OK = (shopRes == nil || shopRes.NegativeStock == 0) && rep.Linearizable && rep.MutualExclusionViolations == 0 && rep.FenceRegressions == 0 &&
-		rep.LostUpdates == 0 && rep.DuplicateIncrements == 0 && rep.MisreportedOutcomes == 0 &&
+		rep.LostUpdates == 0 && rep.DuplicateIncrements == 0 && rep.MisreportedOutcomes == 0 && rep.OrphanTickets == 0 &&
 		(rep.MessagesLost == nil || *rep.MessagesLost == 0) &&
 		(rep.MessagesDoubleApplied == nil || *rep.MessagesDoubleApplied == 0)
 	return rep

@@ -170,6 +170,7 @@ type stats struct {
 	pauses       map[string]int
 	pauseRefused map[string]int
 	pauseWrote   map[string]int
+	unacquired   map[string]int // holder processes killed before they acquired
 	skewed       int
 	events       map[string]int // by strategy/event: acquire errors, holder failures, ...
 	notes        []string
@@ -191,7 +192,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	}
 	r := &runner{
 		cfg: cfg, start: time.Now(), mon: newMonitor(),
-		stats: &stats{crashes: map[string]int{}, pauses: map[string]int{}, pauseRefused: map[string]int{},
+		stats: &stats{crashes: map[string]int{}, pauses: map[string]int{}, pauseRefused: map[string]int{}, unacquired: map[string]int{},
 			pauseWrote: map[string]int{}, events: map[string]int{}},
 	}
 	r.hist = newHistory(r.start)
@@ -290,6 +291,10 @@ wait:
 	if err := r.finalReads(ctx); err != nil {
 		return nil, err
 	}
+	orphans, err := r.orphanTickets(ctx)
+	if err != nil {
+		return nil, err
+	}
 	var shopRes *ShopResult
 	if sr != nil {
 		sr.drain(ctx)
@@ -298,7 +303,39 @@ wait:
 		}
 		shopRes = sr.res
 	}
-	return r.report(elapsed, shopRes), nil
+	rep := r.report(elapsed, shopRes)
+	if rep.OrphanTickets = orphans; orphans > 0 {
+		rep.OK = false
+		rep.Findings = append(rep.Findings, fmt.Sprintf("ticket: %d orphan tickets left in the queue by waiters that gave up", orphans))
+	}
+	return rep, nil
+}
+
+// orphanTickets counts, after the run, the ticket-lock entries of tickets not yet served
+// (waiters that are gone), less those of holder processes killed before they acquired.
+func (r *runner) orphanTickets(ctx context.Context) (int, error) {
+	if !slices.Contains(r.cfg.Strategies, StratTicket) {
+		return 0, nil
+	}
+	n := 0
+	for k := range r.cfg.keysOf(StratTicket) {
+		out, err := r.directDB.GetItem(ctx, &dynamodb.GetItemInput{TableName: aws.String(r.locks), ConsistentRead: aws.Bool(true),
+			Key: map[string]types.AttributeValue{"pk": &types.AttributeValueMemberS{Value: lockKey(StratTicket, k)},
+				"sk": &types.AttributeValueMemberS{Value: "lock#ticket"}}})
+		if err != nil {
+			return 0, fmt.Errorf("chaos: read ticket row %d: %w", k, err)
+		}
+		serving, _ := numAttr(out.Item, "serving")
+		for name := range out.Item {
+			if v, ok := numAttr(out.Item, name); ok && strings.HasPrefix(name, "w#") && v+1 > serving {
+				n++
+			}
+		}
+	}
+	r.stats.mu.Lock()
+	killed := r.stats.unacquired[StratTicket]
+	r.stats.mu.Unlock()
+	return max(0, n-killed), nil
 }
 
 func (r *runner) createTables(ctx context.Context) error {
@@ -391,7 +428,15 @@ func (r *runner) lockedOp(ctx context.Context, s *session, rng *mrand.Rand, clie
 	keys := r.pickKeys(rng, st)
 	actx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	h, err := s.acquire(actx, keys, r.problem(st))
+	// One acquisition in ten is abandoned by its caller after up to 30 ms: the context
+	// is cancelled while the waiter waits or while a request is in flight.
+	acqCtx, cancelAcq := context.WithCancel(actx)
+	defer cancelAcq()
+	if rng.IntN(10) == 0 {
+		t := time.AfterFunc(time.Duration(rng.Int64N(int64(30*time.Millisecond))), cancelAcq)
+		defer t.Stop()
+	}
+	h, err := s.acquire(acqCtx, keys, r.problem(st))
 	if err != nil {
 		if ctx.Err() == nil {
 			r.stats.event(st, "acquire failed: "+errKind(err))
@@ -534,7 +579,7 @@ func (r *runner) finalReads(ctx context.Context) error {
 				return fmt.Errorf("chaos: final read of %s: %w", partName(st, k), err)
 			}
 			r.hist.add(&op{Part: partName(st, k), Strategy: st, Kind: opRead, Client: client, Call: call, Return: r.hist.now(),
-				Status: stOK, ObsN: o.N, ObsLast: o.Last, Note: noteFinal})
+				Status: stOK, ObsN: o.N, ObsLast: o.Last, ObsAdds: o.Adds, Note: noteFinal})
 		}
 	}
 	return nil
@@ -588,6 +633,9 @@ func (r *runner) runHolder(ctx context.Context, spec holderSpec) (p *holderProc,
 	held, err = p.next(ctx, "held", 45*time.Second, r.holderProblem)
 	if err != nil {
 		p.kill()
+		r.stats.mu.Lock()
+		r.stats.unacquired[st]++ // may leave a ticket entry behind
+		r.stats.mu.Unlock()
 		if ctx.Err() == nil {
 			r.stats.event(st, "holder did not acquire: "+truncate(err.Error(), 120))
 		}

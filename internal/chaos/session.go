@@ -8,6 +8,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/expression"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
@@ -233,12 +234,15 @@ func (s *session) write(ctx context.Context, h *held, ids []string) (sts []opSta
 			res := s.data.fencedWrite(ctx, s.rng, itemKey(st, h.keys[0]), h.obs[0], ids[0], l.Token(), l.ID())
 			return all(res.Status), res.Refusal != nil && res.Status == stFailed && validAfter(), res.Err
 		}
-		guard := func(l *lockcore.Lease) types.TransactWriteItem { return s.queue.GuardCheck(l) }
+		guard, gerr := s.queue.GuardCheck(l)
 		if st == StratTicket {
-			guard = s.tick.GuardCheck
+			guard, gerr = s.tick.GuardCheck(l)
+		}
+		if gerr != nil {
+			return nil, false, gerr
 		}
 		items := []types.TransactWriteItem{
-			guard(l),
+			guard,
 			{Update: s.data.fencedWriteUpdate(itemKey(st, h.keys[0]), h.obs[0], ids[0], l.Token(), l.ID())},
 		}
 		res := s.data.guardedWrite(ctx, s.rng, items)
@@ -246,7 +250,11 @@ func (s *session) write(ctx context.Context, h *held, ids []string) (sts []opSta
 	case StratMulti:
 		var items []types.TransactWriteItem
 		for _, l := range h.leases {
-			items = append(items, s.mutex.GuardCheck(l))
+			guard, err := s.mutex.GuardCheck(l)
+			if err != nil {
+				return nil, false, err
+			}
+			items = append(items, guard)
 		}
 		for i, k := range h.keys {
 			l := h.leases[i]
@@ -255,7 +263,16 @@ func (s *session) write(ctx context.Context, h *held, ids []string) (sts []opSta
 		res := s.data.guardedWrite(ctx, s.rng, items)
 		return all(res.Status), res.Refusal != nil && res.Status == stFailed && validAfter(), res.Err
 	case StratLockingRead:
-		_, err := s.item.UpdateAndRelease(ctx, h.ilease, incrementUpdate(h.obs[0], ids[0]), nil)
+		// Half the writes keep the lock (Update; lockedOp releases it), half release in
+		// the write (UpdateAndRelease). Both ADD to attrAdds, which exposes a write
+		// applied twice.
+		upd := incrementUpdate(h.obs[0], ids[0]).Add(expression.Name(attrAdds), expression.Value(1))
+		var err error
+		if s.rng.IntN(2) == 0 {
+			_, err = s.item.Update(ctx, h.ilease, upd, nil) // the caller releases afterwards
+		} else {
+			_, err = s.item.UpdateAndRelease(ctx, h.ilease, upd, nil)
+		}
 		switch {
 		case err == nil:
 			return all(stOK), false, nil

@@ -105,10 +105,15 @@ func (s *Service) ApplyAdjustment(ctx context.Context, a Adjustment) (applied bo
 	mk[attrReason] = str(a.Reason)
 	mk["appliedAt"] = num(now.UnixMilli())
 	mk[attrExpiresAt] = num(now.Add(AdjustmentMarkerRetention).Unix())
+	guard, err := mu.GuardCheck(l)
+	if err != nil {
+		done()
+		return false, err
+	}
 	items := []types.TransactWriteItem{
 		buildUpdate(s.t.Inventory, stockKey(a.SKU), upd, &cond),
 		buildPut(s.t.Inventory, mk, expression.AttributeNotExists(name(attrPK))),
-		mu.GuardCheck(l),
+		guard,
 	}
 	res, err := s.transact(ctx, items)
 	done()
@@ -161,8 +166,12 @@ func (s *Service) SeedStock(ctx context.Context, sku string, available int) erro
 	upd := expression.Set(name(attrAvailable), value(available)).
 		Set(name(attrReserved), expression.IfNotExists(name(attrReserved), value(0)))
 	upd = lockcore.FenceUpdate(upd, attrFence, l.Token())
+	guard, err := mu.GuardCheck(l)
+	if err != nil {
+		return err
+	}
 	if _, err := s.transact(ctx, []types.TransactWriteItem{
-		buildUpdate(s.t.Inventory, stockKey(sku), upd, &cond), mu.GuardCheck(l),
+		buildUpdate(s.t.Inventory, stockKey(sku), upd, &cond), guard,
 	}); err != nil {
 		return fmt.Errorf("shop: seed %s: %w", sku, err)
 	}

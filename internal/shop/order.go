@@ -156,7 +156,12 @@ func (s *Service) ProcessOrder(ctx context.Context, o Order) (Outcome, error) {
 		if len(items) == maxTransactItems {
 			break
 		}
-		items = append(items, mu.GuardCheck(l))
+		guard, err := mu.GuardCheck(l)
+		if err != nil {
+			releaseAll()
+			return out, err
+		}
+		items = append(items, guard)
 	}
 	stopOrderHB() // the transaction unlocks the order: its heartbeat must not race it
 	res, err := s.transact(ctx, items)
