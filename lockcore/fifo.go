@@ -559,6 +559,7 @@ func (q *Queue) release(ctx context.Context, l *Lease) error {
 
 // GuardCheck returns a TransactWriteItems entry that fails the caller's transaction
 // unless this queue lease is still held (its row still exists with our lease id).
+// It returns an *OptionError naming the lease when l is nil.
 func (q *Queue) GuardCheck(l *Lease) (types.TransactWriteItem, error) {
 	if l == nil {
 		return types.TransactWriteItem{}, invalidOption("lease", "must not be nil")

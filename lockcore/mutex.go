@@ -431,6 +431,7 @@ func (m *Mutex) classifyOld(op string, l *Lease, old item) error {
 // GuardCheck returns a TransactWriteItems entry that fails the caller's transaction
 // unless this lease is still held. Add it to a transaction that writes data protected by
 // the lock, so that a holder that lost its lease (paused past it, say) cannot write.
+// It returns an *OptionError naming the lease when l is nil.
 func (m *Mutex) GuardCheck(l *Lease) (types.TransactWriteItem, error) {
 	if l == nil {
 		return types.TransactWriteItem{}, invalidOption("lease", "must not be nil")

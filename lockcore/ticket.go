@@ -637,6 +637,7 @@ func (t *TicketLock) Get(ctx context.Context, key string, opts ...AcquireOption)
 
 // GuardCheck returns a TransactWriteItems entry that fails the caller's transaction
 // unless this lease is still held (its ticket is still served).
+// It returns an *OptionError naming the lease when l is nil.
 func (t *TicketLock) GuardCheck(l *Lease) (types.TransactWriteItem, error) {
 	if l == nil {
 		return types.TransactWriteItem{}, invalidOption("lease", "must not be nil")

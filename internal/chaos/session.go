@@ -234,9 +234,12 @@ func (s *session) write(ctx context.Context, h *held, ids []string) (sts []opSta
 			res := s.data.fencedWrite(ctx, s.rng, itemKey(st, h.keys[0]), h.obs[0], ids[0], l.Token(), l.ID())
 			return all(res.Status), res.Refusal != nil && res.Status == stFailed && validAfter(), res.Err
 		}
-		guard, gerr := s.queue.GuardCheck(l)
+		var guard types.TransactWriteItem
+		var gerr error
 		if st == StratTicket {
 			guard, gerr = s.tick.GuardCheck(l)
+		} else {
+			guard, gerr = s.queue.GuardCheck(l)
 		}
 		if gerr != nil {
 			return nil, false, gerr
