@@ -172,3 +172,22 @@ func ExampleVersioned() {
 	fmt.Println("version", version)
 	// Output: version 1
 }
+
+// Do is the call most code wants: acquire, work under the lease's context, release.
+func ExampleDo() {
+	ctx := context.Background()
+	db, locks, _ := exampleTables()
+	m, err := lockcore.NewMutex(db, locks, lockcore.WithOwner("worker-1"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	err = lockcore.Do(ctx, m, "invoice#7", func(ctx context.Context, lease *lockcore.Lease) error {
+		// ctx ends if the lease is lost; write with lease.Token() or m.GuardCheck(lease).
+		fmt.Println("working under token epoch", lease.Token().Epoch() > 0)
+		return nil
+	}, lockcore.Wait(lockcore.WaitUpTo(2*time.Second)))
+	fmt.Println("err:", err)
+	// Output:
+	// working under token epoch true
+	// err: <nil>
+}

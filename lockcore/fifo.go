@@ -69,7 +69,7 @@ func ticketSK(ns string, t int64) string { return fmt.Sprintf("%s%020d", ticketP
 
 // Acquire takes a ticket and waits for its turn (as the wait policy says). On timeout
 // or cancellation the ticket is withdrawn.
-func (q *Queue) Acquire(ctx context.Context, key string, opts ...AcquireOption) (*Lease, error) {
+func (q *Queue) Acquire(ctx context.Context, key string, opts ...AcquireOption) (lease *Lease, err error) {
 	ac, err := q.cfg.acquireConfig(opts)
 	if err != nil {
 		return nil, err
@@ -83,6 +83,9 @@ func (q *Queue) Acquire(ctx context.Context, key string, opts ...AcquireOption) 
 	if err := validateSK("namespace", ac.namespace, 30); err != nil {
 		return nil, err
 	}
+	t0 := q.cfg.clock.Now()
+	var st acqStats
+	defer func() { q.cfg.acquired("queue", key, ac.namespace, t0, st, lease, err) }()
 	leaseID := newLeaseID(q.cfg.owner)
 	ticket, start, ttl, err := q.enqueue(ctx, key, ac.namespace, leaseID)
 	if err != nil {
@@ -103,7 +106,7 @@ func (q *Queue) Acquire(ctx context.Context, key string, opts ...AcquireOption) 
 		}
 	}
 	l.startHeartbeat(ctx, q.cfg.heartbeat)
-	if err := q.waitTurn(ctx, l, ac, ticket); err != nil {
+	if err := q.waitTurn(ctx, l, ac, ticket, &st); err != nil {
 		rctx, cancel := detached(ctx)
 		_ = l.Release(rctx) // withdraw the ticket
 		cancel()
@@ -278,7 +281,7 @@ type queueRow struct {
 
 // waitTurn polls the queue until our row is the first live one. Its reads are timed
 // like the TicketLock's (see pacer.delay), by position and the queue's measured pace.
-func (q *Queue) waitTurn(ctx context.Context, l *Lease, ac *acquireConfig, ticket int64) error {
+func (q *Queue) waitTurn(ctx context.Context, l *Lease, ac *acquireConfig, ticket int64, st *acqStats) error {
 	start := q.cfg.clock.Now()
 	pc := newPacer(&q.pacing, l.key, start)
 	served := false
@@ -329,6 +332,7 @@ func (q *Queue) waitTurn(ctx context.Context, l *Lease, ac *acquireConfig, ticke
 		for _, r := range ahead {
 			dead, in := q.dead(l.key, r, now)
 			if dead && q.evict(ctx, l.key, r) {
+				st.takeover = true
 				continue
 			}
 			live = append(live, r)
@@ -342,6 +346,7 @@ func (q *Queue) waitTurn(ctx context.Context, l *Lease, ac *acquireConfig, ticke
 		}
 		var head *Holder
 		if len(live) > 0 {
+			st.contended = true
 			head = &live[0].holder
 		}
 		turn := q.pacing.turn(l.key, rtt, pc.pace)

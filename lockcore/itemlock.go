@@ -117,7 +117,7 @@ func (il *ItemLease) Item() map[string]types.AttributeValue { return il.item }
 
 // Acquire locks the item with the given primary key and reads it, in one call. key must
 // hold exactly the table's key attributes (string, number or binary values).
-func (il *ItemLocker) Acquire(ctx context.Context, key map[string]types.AttributeValue, opts ...AcquireOption) (*ItemLease, error) {
+func (il *ItemLocker) Acquire(ctx context.Context, key map[string]types.AttributeValue, opts ...AcquireOption) (lease *ItemLease, err error) {
 	ac, err := il.cfg.acquireConfig(opts)
 	if err != nil {
 		return nil, err
@@ -126,6 +126,15 @@ func (il *ItemLocker) Acquire(ctx context.Context, key map[string]types.Attribut
 		return nil, err
 	}
 	label := keyLabel(key)
+	t0 := il.cfg.clock.Now()
+	var st acqStats
+	defer func() {
+		var l *Lease
+		if lease != nil {
+			l = lease.Lease
+		}
+		il.cfg.acquired("itemlocker", label, "", t0, st, l, err)
+	}()
 	leaseID := newLeaseID(il.cfg.owner)
 	var got item
 	var start, firstUncertain time.Time
@@ -136,6 +145,8 @@ func (il *ItemLocker) Acquire(ctx context.Context, key map[string]types.Attribut
 		if amb && !uncertain {
 			uncertain, firstUncertain = true, start
 		}
+		st.contended = st.contended || holder != nil
+		st.takeover = it != nil && stale != nil
 		got = it
 		return it != nil, holder, err
 	})
@@ -151,10 +162,10 @@ func (il *ItemLocker) Acquire(ctx context.Context, key map[string]types.Attribut
 	fence, _ := attrN(got, il.attrs.Fence)
 	l := newLease(il, il.cfg, label, "", leaseID, Fence(fence), start)
 	l.ikey = key
-	lease := &ItemLease{Lease: l, item: il.strip(got, key), ikey: key,
+	il2 := &ItemLease{Lease: l, item: il.strip(got, key), ikey: key,
 		chain: writeChain{known: true, last: attrS(got, il.attrs.Write)}}
 	l.startHeartbeat(ctx, il.cfg.heartbeat)
-	return lease, nil
+	return il2, nil
 }
 
 // TryAcquire is Acquire with NoWait.
@@ -459,7 +470,9 @@ func (il *ItemLocker) write(ctx context.Context, lease *ItemLease, update expres
 	unknown := func(err error) error {
 		if uncertain && len(w.pending) < maxPendingWrites {
 			w.pending = append(w.pending, writeID)
-			return fmt.Errorf("lockcore: %s %s: %w: %w", op, l.key, ErrUnknownOutcome, err)
+			uerr := fmt.Errorf("lockcore: %s %s: %w: %w", op, l.key, ErrUnknownOutcome, err)
+			l.report(uerr)
+			return uerr
 		}
 		return fmt.Errorf("lockcore: %s %s: %w", op, l.key, err)
 	}

@@ -30,6 +30,8 @@ type Lease struct {
 	clock                     Clock
 	ops                       leaseOps
 	ikey                      item // data item key (locking read only)
+	observer                  *Observer
+	acquired                  time.Time
 
 	mu         sync.Mutex
 	validUntil time.Time // local clock: start of the last successful acquire/renew + duration
@@ -43,12 +45,17 @@ type Lease struct {
 }
 
 func newLease(ops leaseOps, cfg *config, key, ns, id string, token Fence, start time.Time) *Lease {
-	return &Lease{
+	l := &Lease{
 		key: key, namespace: ns, id: id, owner: cfg.owner, token: token,
 		duration: cfg.lease, clock: cfg.clock, ops: ops,
 		validUntil: start.Add(cfg.lease),
 		done:       make(chan struct{}),
+		acquired:   cfg.clock.Now(),
 	}
+	if o := cfg.observer; o.any() {
+		l.observer = &o
+	}
+	return l
 }
 
 // Key returns the locked key.
@@ -187,12 +194,14 @@ func (l *Lease) Release(ctx context.Context) error {
 // finish marks the lease released (err == nil) or lost.
 func (l *Lease) finish(err error) {
 	l.mu.Lock()
-	defer l.mu.Unlock()
 	if l.finished {
+		l.mu.Unlock()
 		return
 	}
 	l.finished, l.err = true, err
 	close(l.done)
+	l.mu.Unlock()
+	l.report(err)
 }
 
 func (l *Lease) stopHeartbeat() {

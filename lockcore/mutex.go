@@ -75,7 +75,7 @@ type LockInfo struct {
 // The lease's heartbeat runs until Release or until ctx ends, so pass a context that
 // lives as long as the critical section (bound the wait with Wait(WaitUpTo(d)), not with
 // a short-lived context).
-func (m *Mutex) Acquire(ctx context.Context, key string, opts ...AcquireOption) (*Lease, error) {
+func (m *Mutex) Acquire(ctx context.Context, key string, opts ...AcquireOption) (lease *Lease, err error) {
 	ac, err := m.cfg.acquireConfig(opts)
 	if err != nil {
 		return nil, err
@@ -83,6 +83,9 @@ func (m *Mutex) Acquire(ctx context.Context, key string, opts ...AcquireOption) 
 	if err := m.validate(key, ac.namespace); err != nil {
 		return nil, err
 	}
+	t0 := m.cfg.clock.Now()
+	var st acqStats
+	defer func() { m.cfg.acquired("mutex", key, ac.namespace, t0, st, lease, err) }()
 	leaseID := newLeaseID(m.cfg.owner)
 	var got item
 	var start time.Time
@@ -94,6 +97,8 @@ func (m *Mutex) Acquire(ctx context.Context, key string, opts ...AcquireOption) 
 		if amb && !uncertain {
 			uncertain, firstUncertain = true, start
 		}
+		st.contended = st.contended || holder != nil
+		st.takeover = it != nil && attrS(it, attrPrevState) == stateHeld
 		got = it
 		return it != nil, holder, err
 	})

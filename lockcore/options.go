@@ -80,6 +80,7 @@ type config struct {
 	hooks       testHooks
 	seen        *observations
 	server      *serverClock
+	observer    Observer
 }
 
 // testHooks lets tests inject delays at precise points of a protocol.

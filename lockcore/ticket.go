@@ -171,6 +171,8 @@ type ticketHold struct {
 	wattr  string
 	since  time.Time // when Acquire returned (for the hold-time estimate)
 	gc     []string  // old tombstones seen when the ticket was issued: removed on release
+
+	skippedStalled bool // this waiter skipped a holder that had stopped heartbeating
 }
 
 // Acquire takes a ticket and waits for its turn, as the wait policy says (default: until
@@ -180,7 +182,7 @@ type ticketHold struct {
 //
 // The lease's heartbeat runs until Release or until ctx ends, so pass a context that
 // lives as long as the critical section.
-func (t *TicketLock) Acquire(ctx context.Context, key string, opts ...AcquireOption) (*Lease, error) {
+func (t *TicketLock) Acquire(ctx context.Context, key string, opts ...AcquireOption) (lease *Lease, err error) {
 	ac, err := t.cfg.acquireConfig(opts)
 	if err != nil {
 		return nil, err
@@ -192,12 +194,19 @@ func (t *TicketLock) Acquire(ctx context.Context, key string, opts ...AcquireOpt
 		return nil, err
 	}
 	start := t.cfg.clock.Now()
+	var st acqStats
+	defer func() { t.cfg.acquired("ticket", key, ac.namespace, start, st, lease, err) }()
 	for {
 		h, row, sent, err := t.take(ctx, key, ac, start)
 		if err != nil {
+			if errors.Is(err, ErrLockHeld) {
+				st.contended = true
+			}
 			return nil, err
 		}
+		st.contended = st.contended || row.serving != h.ticket
 		l, err := t.wait(ctx, h, row, sent, ac, start)
+		st.takeover = st.takeover || h.skippedStalled
 		if errors.Is(err, errTicketSkipped) {
 			continue // our ticket was skipped while we were away: queue again
 		}
@@ -370,7 +379,9 @@ func (t *TicketLock) wait(ctx context.Context, h *ticketHold, row ticketRow, sen
 			}
 		case now.Sub(obs.at) >= time.Duration(row.leaseMs)*time.Millisecond:
 			// The served ticket's owner stopped heartbeating for a full lease.
-			if !t.skip(ctx, h.key, h.ns, row, row.waiters[row.serving]) {
+			if t.skip(ctx, h.key, h.ns, row, row.waiters[row.serving]) {
+				h.skippedStalled = true
+			} else {
 				if err := sleep(ctx, bo.next()); err != nil {
 					return nil, t.giveUp(ctx, h, row, start, err)
 				}

@@ -1,0 +1,230 @@
+package lockcore_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/turnstile-locks/turnstile/internal/template"
+	"github.com/turnstile-locks/turnstile/lockcore"
+)
+
+func TestDo(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ctx := ctxT(t, 30*time.Second)
+	m, _ := lockcore.NewMutex(e.db, e.locks, fast("a")...)
+	b, _ := lockcore.NewMutex(e.db, e.locks, fast("b")...)
+	ran := false
+	err := lockcore.Do(ctx, m, "do", func(ctx context.Context, l *lockcore.Lease) error {
+		ran = true
+		if l.Token() == 0 {
+			t.Error("no token")
+		}
+		if _, err := b.TryAcquire(ctx, "do"); !errors.Is(err, lockcore.ErrLockHeld) {
+			t.Errorf("inside Do another client got %v, want ErrLockHeld", err)
+		}
+		return nil
+	})
+	if err != nil || !ran {
+		t.Fatalf("Do: %v (ran %v)", err, ran)
+	}
+	// Released afterwards, also when fn fails or panics.
+	boom := errors.New("boom")
+	if err := lockcore.Do(ctx, m, "do", func(context.Context, *lockcore.Lease) error { return boom }); !errors.Is(err, boom) {
+		t.Fatalf("Do returned %v, want fn's error", err)
+	}
+	if err := lockcore.Do(ctx, m, "do", func(context.Context, *lockcore.Lease) error { panic("oops") }); err == nil || !strings.Contains(err.Error(), "panicked") {
+		t.Fatalf("Do with a panicking fn: %v", err)
+	}
+	l, err := b.TryAcquire(ctx, "do")
+	if err != nil {
+		t.Fatalf("after Do the lock is still held: %v", err)
+	}
+	_ = l.Release(ctx)
+	// The lease's context ends when the lease is lost.
+	tl := newTicket(t, e.db, e.locks, "t")
+	err = lockcore.Do(ctx, tl, "do", func(ctx context.Context, l *lockcore.Lease) error {
+		select {
+		case <-ctx.Done():
+			t.Error("fn's context ended early")
+		default:
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := lockcore.Do(ctx, nil, "k", func(context.Context, *lockcore.Lease) error { return nil }); !errors.Is(err, lockcore.ErrInvalidOption) {
+		t.Errorf("Do(nil locker): %v", err)
+	}
+	if err := lockcore.Do(ctx, m, "k", nil); !errors.Is(err, lockcore.ErrInvalidOption) {
+		t.Errorf("Do(nil fn): %v", err)
+	}
+}
+
+// recorder collects observer events.
+type recorder struct {
+	mu                          sync.Mutex
+	acquired, failed            []lockcore.AcquireEvent
+	released, lost, unknownOuts []lockcore.LeaseEvent
+}
+
+func (r *recorder) observer() lockcore.Observer {
+	return lockcore.Observer{
+		Acquired:       func(e lockcore.AcquireEvent) { r.mu.Lock(); r.acquired = append(r.acquired, e); r.mu.Unlock() },
+		AcquireFailed:  func(e lockcore.AcquireEvent) { r.mu.Lock(); r.failed = append(r.failed, e); r.mu.Unlock() },
+		Released:       func(e lockcore.LeaseEvent) { r.mu.Lock(); r.released = append(r.released, e); r.mu.Unlock() },
+		LeaseLost:      func(e lockcore.LeaseEvent) { r.mu.Lock(); r.lost = append(r.lost, e); r.mu.Unlock() },
+		UnknownOutcome: func(e lockcore.LeaseEvent) { r.mu.Lock(); r.unknownOuts = append(r.unknownOuts, e); r.mu.Unlock() },
+	}
+}
+
+func TestObserver(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ctx := ctxT(t, 30*time.Second)
+	var rec recorder
+	obs := lockcore.WithObserver(rec.observer())
+	a, _ := lockcore.NewMutex(e.db, e.locks, fast("a", obs)...)
+	b, _ := lockcore.NewMutex(e.db, e.locks, fast("b", obs, lockcore.WithHeartbeat(0))...)
+	la, err := a.Acquire(ctx, "obs")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.TryAcquire(ctx, "obs"); !errors.Is(err, lockcore.ErrLockHeld) {
+		t.Fatalf("b: %v", err)
+	}
+	time.Sleep(50 * time.Millisecond)
+	if err := la.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// b takes a lease, and loses it to a takeover by a after a full lease.
+	lb, err := b.Acquire(ctx, "obs")
+	if err != nil {
+		t.Fatal(err)
+	}
+	la2, err := a.Acquire(ctx, "obs", lockcore.Wait(lockcore.WaitUpTo(3*lb.Duration())))
+	if err != nil {
+		t.Fatalf("takeover: %v", err)
+	}
+	if err := lb.Release(ctx); !errors.Is(err, lockcore.ErrLeaseLost) {
+		t.Fatalf("b's release after the takeover: %v", err)
+	}
+	_ = la2.Release(ctx)
+
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	if len(rec.acquired) != 3 || len(rec.failed) != 1 || len(rec.released) != 2 || len(rec.lost) != 1 {
+		t.Fatalf("events: %d acquired, %d failed, %d released, %d lost; want 3, 1, 2, 1", len(rec.acquired), len(rec.failed), len(rec.released), len(rec.lost))
+	}
+	first, takeover := rec.acquired[0], rec.acquired[2]
+	if first.Strategy != "mutex" || first.Key != "obs" || first.Contended || first.Takeover || first.Token == 0 {
+		t.Errorf("first acquisition: %+v", first)
+	}
+	if !takeover.Contended || !takeover.Takeover || takeover.Wait < lb.Duration() {
+		t.Errorf("takeover: %+v (want contended, takeover, waited at least a lease)", takeover)
+	}
+	if f := rec.failed[0]; !f.Contended || !errors.Is(f.Err, lockcore.ErrLockHeld) {
+		t.Errorf("failed acquisition: %+v", f)
+	}
+	if r := rec.released[0]; r.Held < 50*time.Millisecond || r.LeaseID != la.ID() {
+		t.Errorf("release: %+v", r)
+	}
+	if l := rec.lost[0]; l.LeaseID != lb.ID() || !errors.Is(l.Err, lockcore.ErrLeaseLost) {
+		t.Errorf("lost: %+v", l)
+	}
+}
+
+// CreateLockTable makes the table the template declares as LockTable, and the
+// strategies work on it.
+func TestCreateLockTable(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ctx := ctxT(t, 60*time.Second)
+	name := e.locks + "-created"
+	t.Cleanup(func() {
+		_, _ = e.db.DeleteTable(context.Background(), &dynamodb.DeleteTableInput{TableName: aws.String(name)})
+	})
+	if err := lockcore.CreateLockTable(ctx, e.db, name, lockcore.WithStream()); err != nil {
+		t.Fatal(err)
+	}
+	if err := lockcore.CreateLockTable(ctx, e.db, name); err != nil {
+		t.Fatalf("second call on an existing lock table: %v", err)
+	}
+	out, err := e.db.DescribeTable(ctx, &dynamodb.DescribeTableInput{TableName: aws.String(name)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tpl, err := template.LoadDefault()
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec, err := tpl.Table("LockTable")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := spec.CreateTableInput(name)
+	keys := func(ks []types.KeySchemaElement) string {
+		var s []string
+		for _, k := range ks {
+			s = append(s, aws.ToString(k.AttributeName)+":"+string(k.KeyType))
+		}
+		return strings.Join(s, ",")
+	}
+	if keys(out.Table.KeySchema) != keys(want.KeySchema) {
+		t.Errorf("keys %s, template %s", keys(out.Table.KeySchema), keys(want.KeySchema))
+	}
+	if out.Table.StreamSpecification == nil || out.Table.StreamSpecification.StreamViewType != want.StreamSpecification.StreamViewType {
+		t.Errorf("stream %+v, template %+v", out.Table.StreamSpecification, want.StreamSpecification)
+	}
+	ttl, err := e.db.DescribeTimeToLive(ctx, &dynamodb.DescribeTimeToLiveInput{TableName: aws.String(name)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := aws.ToString(ttl.TimeToLiveDescription.AttributeName); got != spec.TTLAttribute {
+		t.Errorf("TTL attribute %q, template %q", got, spec.TTLAttribute)
+	}
+	m, _ := lockcore.NewMutex(e.db, name, fast("a")...)
+	l, err := m.Acquire(ctx, "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = l.Release(ctx)
+	// A table with another key schema is refused.
+	if err := lockcore.CreateLockTable(ctx, e.db, e.data+"x"); err != nil {
+		t.Fatal(err) // a fresh name: created
+	}
+	t.Cleanup(func() {
+		_, _ = e.db.DeleteTable(context.Background(), &dynamodb.DeleteTableInput{TableName: aws.String(e.data + "x")})
+	})
+	orders := testTableWithKey(t, e, "orderId")
+	if err := lockcore.CreateLockTable(ctx, e.db, orders); err == nil || !strings.Contains(err.Error(), "no lock table") {
+		t.Errorf("CreateLockTable on a table keyed by orderId: %v", err)
+	}
+}
+
+func testTableWithKey(t *testing.T, e *env, key string) string {
+	t.Helper()
+	name := e.data + "-" + key
+	_, err := e.db.CreateTable(context.Background(), &dynamodb.CreateTableInput{
+		TableName:            aws.String(name),
+		AttributeDefinitions: []types.AttributeDefinition{{AttributeName: aws.String(key), AttributeType: types.ScalarAttributeTypeS}},
+		KeySchema:            []types.KeySchemaElement{{AttributeName: aws.String(key), KeyType: types.KeyTypeHash}},
+		BillingMode:          types.BillingModePayPerRequest,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_, _ = e.db.DeleteTable(context.Background(), &dynamodb.DeleteTableInput{TableName: aws.String(name)})
+	})
+	return name
+}

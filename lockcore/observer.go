@@ -1,0 +1,120 @@
+package lockcore
+
+import (
+	"errors"
+	"time"
+)
+
+// Observer receives lock events, for metrics and logs (see WithObserver). Every field
+// is optional. The functions run synchronously on the goroutine that caused the event
+// (the caller's, or a lease's heartbeat), so they must return quickly and must not call
+// back into the lock.
+type Observer struct {
+	// Acquired reports a successful acquisition.
+	Acquired func(AcquireEvent)
+	// AcquireFailed reports an acquisition that ended without a lease: the lock was
+	// held (NoWait), the wait timed out, the context ended, or an error occurred.
+	AcquireFailed func(AcquireEvent)
+	// Released reports a lease released cleanly by its holder.
+	Released func(LeaseEvent)
+	// LeaseLost reports a lease found lost: by its heartbeat, a renewal, a release or a
+	// guarded write (Err says which). Work done under it may have overlapped another
+	// holder's.
+	LeaseLost func(LeaseEvent)
+	// UnknownOutcome reports a write whose outcome could not be settled (ErrUnknownOutcome).
+	UnknownOutcome func(LeaseEvent)
+}
+
+// AcquireEvent describes one acquisition.
+type AcquireEvent struct {
+	Strategy  string        // "mutex", "itemlocker", "ticket" or "queue"
+	Key       string        // lock key (for the locking read: the item's key, as "name=value,...")
+	Namespace string        // lock namespace, where the strategy has one
+	Wait      time.Duration // from the call to its end
+	Contended bool          // another holder or waiter was seen
+	Takeover  bool          // the lease replaced an abandoned one (or skipped a stalled ticket)
+	Token     Fence         // the new lease's fencing token (Acquired only)
+	Err       error         // why it failed (AcquireFailed only)
+}
+
+// LeaseEvent describes the end of a lease, or a write under it.
+type LeaseEvent struct {
+	Strategy  string
+	Key       string
+	Namespace string
+	LeaseID   string
+	Token     Fence
+	Held      time.Duration // from the acquisition to the event
+	Err       error         // LeaseLost and UnknownOutcome only
+}
+
+// WithObserver reports the client's lock events to o (acquisitions with their wait and
+// contention, releases with their hold time, lost leases, unknown outcomes).
+func WithObserver(o Observer) Option {
+	return func(c *config) error { c.observer = o; return nil }
+}
+
+func (o Observer) any() bool {
+	return o.Acquired != nil || o.AcquireFailed != nil || o.Released != nil || o.LeaseLost != nil || o.UnknownOutcome != nil
+}
+
+// strategyOf names a lease's strategy for events.
+func strategyOf(ops leaseOps) string {
+	switch ops.(type) {
+	case *Mutex:
+		return "mutex"
+	case *ItemLocker:
+		return "itemlocker"
+	case *Queue:
+		return "queue"
+	case *ticketHold:
+		return "ticket"
+	}
+	return "unknown"
+}
+
+// acqStats is what an acquisition learnt on its way, for its event.
+type acqStats struct{ contended, takeover bool }
+
+// acquired reports the end of an acquisition.
+func (c *config) acquired(strategy, key, ns string, start time.Time, st acqStats, l *Lease, err error) {
+	if !c.observer.any() {
+		return
+	}
+	ev := AcquireEvent{Strategy: strategy, Key: key, Namespace: ns, Wait: c.clock.Now().Sub(start),
+		Contended: st.contended, Takeover: st.takeover, Err: err}
+	switch {
+	case err == nil && c.observer.Acquired != nil:
+		ev.Token = l.Token()
+		c.observer.Acquired(ev)
+	case err != nil && c.observer.AcquireFailed != nil:
+		c.observer.AcquireFailed(ev)
+	}
+}
+
+// leaseEvent reports how a lease ended (err nil: released) or a write's unknown outcome.
+func (l *Lease) report(err error) {
+	o := l.observer
+	if o == nil {
+		return
+	}
+	ev := LeaseEvent{Strategy: strategyOf(l.ops), Key: l.key, Namespace: l.namespace, LeaseID: l.id,
+		Token: l.token, Held: l.clock.Now().Sub(l.acquired), Err: err}
+	switch {
+	case err == nil:
+		if o.Released != nil {
+			o.Released(ev)
+		}
+	case errors.Is(err, ErrUnknownOutcome):
+		if o.UnknownOutcome != nil {
+			o.UnknownOutcome(ev)
+		}
+		if errors.Is(err, ErrLeaseLost) && o.LeaseLost != nil {
+			o.LeaseLost(ev)
+		}
+	case errors.Is(err, ErrLeaseLost):
+		if o.LeaseLost != nil {
+			o.LeaseLost(ev)
+		}
+	}
+}
