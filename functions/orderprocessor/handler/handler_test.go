@@ -68,7 +68,8 @@ func newFixture(t *testing.T, opts ...shop.Option) *fixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	fixtureSvc, err := shop.NewService(testenv.Client(t), tables, opts...)
+	// Default lease (10s): a seeding lease lost under load would hold a SKU the handler needs.
+	fixtureSvc, err := shop.NewService(testenv.Client(t), tables, shop.WithOwner("orderprocessor-fixture"))
 	if err != nil {
 		t.Fatal(err)
 	}
