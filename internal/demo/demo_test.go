@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/turnstile-locks/turnstile/internal/stack"
 	"github.com/turnstile-locks/turnstile/internal/testenv"
 )
 
@@ -87,5 +88,31 @@ func TestTinyDemo(t *testing.T) {
 		if _, ok := fields[k]; !ok {
 			t.Errorf("demo-report.json lacks %q", k)
 		}
+	}
+}
+
+// The demo's StockAdjusted events are ones the template's rule would deliver (it matches
+// source and detail-type).
+func TestStockAdjustedEventMatchesTheRule(t *testing.T) {
+	fn, err := stack.LookupFunction(testenv.Template(t), "InventoryUpdaterFunction")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var patterns []any
+	for _, e := range fn.Events() {
+		if e.Type == "EventBridgeRule" {
+			patterns = append(patterns, e.FilterPatterns()...)
+		}
+	}
+	if len(patterns) == 0 {
+		t.Fatal("no EventBridge rule on the inventory updater")
+	}
+	ev := stockAdjustedEvent(map[string]any{"adjustmentId": "a", "sku": "S", "delta": 1}, time.Now())
+	raw, err := json.Marshal(ev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := stack.MatchAny(patterns, raw); err != nil || !ok {
+		t.Errorf("the rule does not match the demo's event %s (%v)", raw, err)
 	}
 }

@@ -243,7 +243,7 @@ func stockAdjustedEvent(detail any, at time.Time) events.EventBridgeEvent {
 		Version:    "0",
 		ID:         newUUID(),
 		DetailType: "StockAdjusted",
-		Source:     "turnstile.warehouse",
+		Source:     "turnstile.inventory", // the StockAdjusted rule matches source too
 		AccountID:  accountID,
 		Time:       at.UTC().Truncate(time.Second),
 		Region:     region,

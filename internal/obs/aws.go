@@ -3,7 +3,10 @@ package obs
 import (
 	"context"
 	"fmt"
+	"net"
+	"net/url"
 	"os"
+	"strings"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/config"
@@ -36,7 +39,14 @@ const (
 //     us-east-1, and the EC2 instance metadata service is never probed.
 //   - Inside Lambda with tracing, the SDK clients are instrumented for X-Ray (see
 //     InstrumentAWS).
+//   - Inside Lambda (see InLambda), an endpoint override that is not a loopback address is
+//     refused with an error (see CheckEndpointOverrides): whoever can change a function's
+//     environment must not be able to send its signed requests, and the data they carry,
+//     to another host.
 func AWSConfig(ctx context.Context, optFns ...func(*config.LoadOptions) error) (aws.Config, error) {
+	if err := CheckEndpointOverrides(); err != nil {
+		return aws.Config{}, err
+	}
 	endpoint := os.Getenv(EndpointEnv)
 	var opts []func(*config.LoadOptions) error
 	if endpoint != "" {
@@ -85,4 +95,68 @@ func dynamoDBEndpoint(endpoint string) func(serviceID string, options any) {
 			o.BaseEndpoint = aws.String(endpoint)
 		}
 	}
+}
+
+// EndpointOverrideEnvs are the variables that redirect the functions' AWS clients:
+// DYNAMODB_ENDPOINT (ours) and the SDK's own service endpoint variables for the services
+// the functions call.
+var EndpointOverrideEnvs = []string{
+	EndpointEnv,
+	"AWS_ENDPOINT_URL",
+	"AWS_ENDPOINT_URL_DYNAMODB",
+	"AWS_ENDPOINT_URL_DYNAMODB_STREAMS",
+	"AWS_ENDPOINT_URL_SQS",
+}
+
+// InLambda reports whether the process runs as a Lambda function (or in an emulation of
+// the Lambda runtime, such as cmd/invoke's): the runtime sets AWS_LAMBDA_FUNCTION_NAME and
+// AWS_LAMBDA_RUNTIME_API.
+func InLambda() bool {
+	return os.Getenv("AWS_LAMBDA_FUNCTION_NAME") != "" || os.Getenv("AWS_LAMBDA_RUNTIME_API") != ""
+}
+
+// CheckEndpointOverrides returns an error when the process runs in Lambda (InLambda) and an
+// endpoint override of EndpointOverrideEnvs points anywhere but a loopback address
+// (127.0.0.0/8, ::1 or the name localhost). Outside Lambda every endpoint is allowed:
+// developers point the tools at DynamoDB Local, Alternator or a test account.
+func CheckEndpointOverrides() error {
+	if !InLambda() {
+		return nil
+	}
+	for _, k := range EndpointOverrideEnvs {
+		v := os.Getenv(k)
+		if v == "" {
+			continue
+		}
+		if err := loopbackURL(v); err != nil {
+			return fmt.Errorf("obs: %s=%q refused inside Lambda: %w; only a loopback endpoint (127.0.0.0/8, ::1, localhost) may override the AWS endpoints there", k, v, err)
+		}
+	}
+	return nil
+}
+
+// loopbackURL checks that raw is an http or https URL whose host is a loopback address.
+func loopbackURL(raw string) error {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return fmt.Errorf("not a URL: %w", err)
+	}
+	if u.Scheme != "http" && u.Scheme != "https" {
+		return fmt.Errorf("scheme %q, want http or https", u.Scheme)
+	}
+	host := u.Hostname()
+	if host == "" {
+		return fmt.Errorf("no host")
+	}
+	if strings.EqualFold(host, "localhost") {
+		return nil
+	}
+	ip := net.ParseIP(host)
+	if ip == nil {
+		return fmt.Errorf("host %q is a name other than localhost (names can resolve anywhere)", host)
+	}
+	if !ip.IsLoopback() {
+		return fmt.Errorf("host %s is not a loopback address", host)
+	}
+	return nil
 }

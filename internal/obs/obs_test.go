@@ -255,3 +255,60 @@ func TestMetrics(t *testing.T) {
 		}
 	}
 }
+
+func TestEndpointOverrideRefusedInsideLambdaUnlessLoopback(t *testing.T) {
+	tests := []struct {
+		name     string
+		env      map[string]string
+		inLambda bool
+		wantErr  bool
+	}{
+		{"outside lambda any host", map[string]string{EndpointEnv: "http://10.0.0.5:8000"}, false, false},
+		{"outside lambda sdk override", map[string]string{"AWS_ENDPOINT_URL_DYNAMODB": "https://example.com"}, false, false},
+		{"lambda no override", nil, true, false},
+		{"lambda 127.0.0.1", map[string]string{EndpointEnv: "http://127.0.0.1:8000"}, true, false},
+		{"lambda 127.0.0.0/8", map[string]string{EndpointEnv: "http://127.42.0.9:8000"}, true, false},
+		{"lambda ::1", map[string]string{EndpointEnv: "http://[::1]:8000"}, true, false},
+		{"lambda localhost", map[string]string{EndpointEnv: "http://LocalHost:8000"}, true, false},
+		{"lambda private address", map[string]string{EndpointEnv: "http://10.0.0.5:8000"}, true, true},
+		{"lambda public name", map[string]string{EndpointEnv: "https://dynamodb.attacker.example"}, true, true},
+		{"lambda localhost look-alike", map[string]string{EndpointEnv: "http://localhost.attacker.example:8000"}, true, true},
+		{"lambda loopback look-alike name", map[string]string{EndpointEnv: "http://127.0.0.1.nip.io:8000"}, true, true},
+		{"lambda userinfo trick", map[string]string{EndpointEnv: "http://127.0.0.1@198.51.100.7:8000"}, true, true},
+		{"lambda unspecified address", map[string]string{EndpointEnv: "http://0.0.0.0:8000"}, true, true},
+		{"lambda no scheme", map[string]string{EndpointEnv: "127.0.0.1:8000"}, true, true},
+		{"lambda sdk generic override", map[string]string{"AWS_ENDPOINT_URL": "https://198.51.100.7"}, true, true},
+		{"lambda sdk dynamodb override", map[string]string{"AWS_ENDPOINT_URL_DYNAMODB": "https://198.51.100.7"}, true, true},
+		{"lambda sdk sqs override loopback", map[string]string{"AWS_ENDPOINT_URL_SQS": "http://127.0.0.1:9324"}, true, false},
+	}
+	for _, tt := range tests {
+		for _, marker := range []string{"AWS_LAMBDA_FUNCTION_NAME", "AWS_LAMBDA_RUNTIME_API"} {
+			if !tt.inLambda && marker != "AWS_LAMBDA_FUNCTION_NAME" {
+				continue
+			}
+			t.Run(tt.name+"/"+marker, func(t *testing.T) {
+				isolateAWSEnv(t)
+				for _, k := range append(EndpointOverrideEnvs, "AWS_LAMBDA_RUNTIME_API") {
+					t.Setenv(k, "")
+				}
+				if tt.inLambda {
+					t.Setenv(marker, "x")
+				}
+				for k, v := range tt.env {
+					t.Setenv(k, v)
+				}
+				err := CheckEndpointOverrides()
+				if (err != nil) != tt.wantErr {
+					t.Fatalf("CheckEndpointOverrides() = %v, wantErr %v", err, tt.wantErr)
+				}
+				// AWSConfig, which every function's main calls first, refuses the same.
+				if _, cerr := AWSConfig(context.Background()); (cerr != nil) != tt.wantErr {
+					t.Fatalf("AWSConfig() error = %v, wantErr %v", cerr, tt.wantErr)
+				}
+				if err != nil && !strings.Contains(err.Error(), "refused inside Lambda") {
+					t.Errorf("error does not say why: %v", err)
+				}
+			})
+		}
+	}
+}

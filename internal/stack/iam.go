@@ -118,7 +118,10 @@ func asList(v any) []any {
 // Wildcards returns a problem for every "*" in an Action or Resource of the statements
 // (including inside Fn::Sub and Fn::Join text), every NotAction/NotResource (which grant
 // everything else), and every Allow statement without an Action or Resource. Resource
-// policies (QueuePolicy, ...) name their principal and may omit nothing else.
+// policies (QueuePolicy, ...) name their principal and may omit nothing else. The one
+// exception: Resource "*" on a statement whose actions all lack resource-level permissions
+// (NoResourceLevelActions). Principal "*" is not reported: our resource policies use it
+// only in Deny statements, which restrict (TestResourcePoliciesOnlyDeny holds them to it).
 func Wildcards(stmts []Statement) []string {
 	var problems []string
 	for _, s := range stmts {
@@ -139,6 +142,9 @@ func Wildcards(stmts []Statement) []string {
 			if strings.Contains(str, "*") {
 				problems = append(problems, fmt.Sprintf("%s: Action %q has a wildcard", s.Path, str))
 			}
+		}
+		if onlyNoResourceLevel(s) {
+			continue // documented: see NoResourceLevelActions
 		}
 		for _, r := range s.Resources {
 			for _, lit := range literals(r) {
@@ -195,4 +201,144 @@ func (s Statement) ResourceTargets() ([]string, error) {
 		}
 	}
 	return ids, nil
+}
+
+// NoResourceLevelActions are the actions our statements may grant on Resource "*": they
+// have no resource-level permissions, so "*" is the only resource IAM accepts for them.
+// Wildcards reports a "*" Resource unless every action of the statement is listed here
+// (docs/security.md documents each).
+var NoResourceLevelActions = map[string]string{
+	"xray:PutTraceSegments":    "X-Ray active tracing: the Lambda runtime sends segments; no resource-level permissions",
+	"xray:PutTelemetryRecords": "X-Ray active tracing: the Lambda runtime sends telemetry; no resource-level permissions",
+}
+
+// onlyNoResourceLevel reports whether every action of s is in NoResourceLevelActions and
+// its only resource is the literal "*".
+func onlyNoResourceLevel(s Statement) bool {
+	if len(s.Actions) == 0 || len(s.Resources) != 1 || s.Resources[0] != "*" {
+		return false
+	}
+	for _, a := range s.Actions {
+		str, _ := a.(string)
+		if _, ok := NoResourceLevelActions[str]; !ok {
+			return false
+		}
+	}
+	return true
+}
+
+// Grant is one action an Allow statement grants on one resource.
+type Grant struct {
+	Action    string // e.g. dynamodb:GetItem
+	Target    string // logical id of the resource, or "*"
+	Attribute string // the Fn::GetAtt attribute (Arn, StreamArn); "" for Ref and "*"
+	Path      string // the statement
+}
+
+// String is "action on Target[.Attribute]".
+func (g Grant) String() string {
+	t := g.Target
+	if g.Attribute != "" {
+		t += "." + g.Attribute
+	}
+	return g.Action + " on " + t
+}
+
+// RoleOf returns the logical id of the AWS::IAM::Role the function runs under (its Role
+// property, !GetAtt <Role>.Arn), or "" when SAM generates the role.
+func RoleOf(t *template.Template, f Function) (string, error) {
+	r, ok := f.Properties["Role"]
+	if !ok || r == nil {
+		return "", nil
+	}
+	refs, err := References(r, "Resources/"+f.LogicalID+"/Properties/Role")
+	if err != nil {
+		return "", err
+	}
+	if len(refs) != 1 || refs[0].Kind != "Fn::GetAtt" || refs[0].Attribute != "Arn" {
+		return "", fmt.Errorf("%s: Role must be !GetAtt <Role>.Arn of a role in the template, got %v", f.LogicalID, r)
+	}
+	id := refs[0].Target
+	if res, ok := t.Resources[id]; !ok || res.Type != "AWS::IAM::Role" {
+		return "", fmt.Errorf("%s: Role names %s, which is not an AWS::IAM::Role of the template", f.LogicalID, id)
+	}
+	return id, nil
+}
+
+// FunctionStatements returns the statements that apply to the function's execution role:
+// its own Policies (SAM-generated role), or the inline policies of its explicit role and
+// the AWS::IAM::Policy / ManagedPolicy resources attached to that role.
+func FunctionStatements(t *template.Template, f Function) ([]Statement, error) {
+	role, err := RoleOf(t, f)
+	if err != nil {
+		return nil, err
+	}
+	stmts, _ := PolicyStatements(t)
+	var out []Statement
+	for _, s := range stmts {
+		switch {
+		case s.Owner == f.LogicalID:
+			out = append(out, s)
+		case role != "" && s.Owner == role:
+			out = append(out, s)
+		case role != "":
+			res := t.Resources[s.Owner]
+			if res.Type != "AWS::IAM::Policy" && res.Type != "AWS::IAM::ManagedPolicy" {
+				continue
+			}
+			refs, err := References(res.Properties["Roles"], "Roles")
+			if err != nil {
+				return nil, err
+			}
+			for _, r := range refs {
+				if r.Target == role {
+					out = append(out, s)
+					break
+				}
+			}
+		}
+	}
+	return out, nil
+}
+
+// FunctionGrants returns every (action, resource) pair the Allow statements of the
+// function's execution role grant. A Resource must be "*", a Ref or a Fn::GetAtt of a
+// template resource: anything else is an error, since it cannot be compared.
+func FunctionGrants(t *template.Template, f Function) ([]Grant, error) {
+	stmts, err := FunctionStatements(t, f)
+	if err != nil {
+		return nil, err
+	}
+	var out []Grant
+	for _, s := range stmts {
+		if s.Effect != "Allow" {
+			continue
+		}
+		for i, r := range s.Resources {
+			g := Grant{Path: s.Path}
+			if r == "*" {
+				g.Target = "*"
+			} else {
+				refs, err := References(r, fmt.Sprintf("%s/Resource[%d]", s.Path, i))
+				if err != nil {
+					return nil, err
+				}
+				m, _ := r.(map[string]any)
+				if len(refs) != 1 || len(m) != 1 || (refs[0].Kind != "Ref" && refs[0].Kind != "Fn::GetAtt") {
+					return nil, fmt.Errorf("%s: Resource %v is neither \"*\" nor one Ref or Fn::GetAtt", s.Path, r)
+				}
+				g.Target, g.Attribute = refs[0].Target, refs[0].Attribute
+			}
+			for _, a := range s.Actions {
+				str, ok := a.(string)
+				if !ok {
+					return nil, fmt.Errorf("%s: Action %v is not a literal string", s.Path, a)
+				}
+				g.Action = str
+				out = append(out, g)
+			}
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].String() < out[j].String() })
+	return out, nil
 }

@@ -49,6 +49,7 @@ var attributes = map[string][]string{
 	"AWS::Serverless::Function":     {"Arn"},
 	"AWS::SNS::Topic":               {"TopicArn", "TopicName"},
 	"AWS::IAM::Role":                {"Arn", "RoleId"},
+	"AWS::Logs::LogGroup":           {"Arn"},
 	"AWS::Lambda::Function":         {"Arn"},
 	"AWS::Events::Rule":             {"Arn"},
 	"AWS::Scheduler::Schedule":      {"Arn"},
@@ -273,6 +274,8 @@ Resources:
             - {Effect: Allow, Action: dynamodb:GetItem, Resource: !Sub "arn:aws:dynamodb:*:*:table/x"}
             - {Effect: Allow, NotAction: iam:PassRole, Resource: !GetAtt T.Arn}
             - {Effect: Allow, Action: dynamodb:GetItem, Resource: !GetAtt T.Arn}
+            - {Effect: Allow, Action: [xray:PutTraceSegments, xray:PutTelemetryRecords], Resource: "*"}
+            - {Effect: Allow, Action: [xray:PutTraceSegments, dynamodb:Scan], Resource: "*"}
 `
 	tpl, err := template.Parse([]byte(doc))
 	if err != nil {
@@ -283,7 +286,7 @@ Resources:
 		t.Errorf("delegated policies = %v, want the managed policy and the policy template", delegated)
 	}
 	problems := Wildcards(stmts)
-	want := []string{`Action "dynamodb:*"`, `Resource *`, `Resource map[Fn::Sub`, "NotAction", "without Action"}
+	want := []string{`Action "dynamodb:*"`, `Statement[1]: Resource *`, `Resource map[Fn::Sub`, "NotAction", "without Action", `Statement[6]: Resource *`}
 	for _, w := range want {
 		if !slices.ContainsFunc(problems, func(p string) bool { return strings.Contains(p, w) }) {
 			t.Errorf("no problem reported for %s; got %v", w, problems)
@@ -294,12 +297,13 @@ Resources:
 	}
 }
 
-// TestLeastPrivilege: a function's statements name only resources its environment
-// references (the tables and queues it uses), and every table or queue it references is
-// covered by a statement.
+// TestLeastPrivilege: a function's role grants access only to resources the function
+// uses — the tables and queues its environment references, its event sources, its failure
+// destinations and its own log group — plus X-Ray's "*", and every table or queue its
+// environment references is covered by a statement. Which actions on the tables and queues
+// it uses is the policycheck test's business (the handler packages record their calls).
 func TestLeastPrivilege(t *testing.T) {
 	tpl, _ := load(t)
-	stmts, _ := PolicyStatements(tpl)
 	for _, f := range functions(t, tpl) {
 		t.Run(f.LogicalID, func(t *testing.T) {
 			refs, err := References(f.Environment(), "Environment")
@@ -312,23 +316,26 @@ func TestLeastPrivilege(t *testing.T) {
 					uses[r.Target] = true
 				}
 			}
+			platform := platformResources(t, f)
+			grants, err := FunctionGrants(tpl, f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(grants) == 0 {
+				t.Fatal("the function's role grants nothing")
+			}
 			covered := map[string]bool{}
-			for _, s := range stmts {
-				if s.Owner != f.LogicalID {
-					continue
-				}
-				ids, err := s.ResourceTargets()
-				if err != nil {
-					t.Fatal(err)
-				}
-				if len(ids) == 0 {
-					t.Errorf("%s: Resource names no template resource", s.Path)
-				}
-				for _, id := range ids {
-					if !uses[id] {
-						t.Errorf("%s: grants access to %s, which the function's environment does not reference", s.Path, id)
+			for _, g := range grants {
+				switch {
+				case g.Target == "*":
+					if _, ok := NoResourceLevelActions[g.Action]; !ok {
+						t.Errorf("%s: %s on \"*\"", g.Path, g.Action)
 					}
-					covered[id] = true
+				case uses[g.Target] && g.Attribute == "Arn":
+					covered[g.Target] = true
+				case platform[g.Target+"."+g.Attribute]:
+				default:
+					t.Errorf("%s: grants %s, which the function neither references in its environment nor uses as event source, destination or log group", g.Path, g)
 				}
 			}
 			for id := range uses {
@@ -337,6 +344,266 @@ func TestLeastPrivilege(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// platformResources returns "LogicalId.Attribute" of the resources Lambda itself uses with
+// the function's role: event source queues and streams, failure destinations, the log group.
+func platformResources(t *testing.T, f Function) map[string]bool {
+	t.Helper()
+	out := map[string]bool{}
+	add := func(v any, path string) {
+		refs, err := References(v, path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range refs {
+			if r.Kind == "Ref" && r.Attribute == "" {
+				r.Attribute = "Arn" // a log group is referenced by name, granted by Arn
+			}
+			out[r.Target+"."+r.Attribute] = true
+		}
+	}
+	for _, e := range f.Events() {
+		add(e.Properties["Queue"], e.Name+"/Queue")
+		add(e.Properties["Stream"], e.Name+"/Stream")
+		add(e.Properties["DestinationConfig"], e.Name+"/DestinationConfig")
+	}
+	add(f.lookup("EventInvokeConfig/DestinationConfig"), "EventInvokeConfig")
+	add(f.lookup("LoggingConfig/LogGroup"), "LoggingConfig/LogGroup")
+	return out
+}
+
+// TestExecutionRoles: every function runs under its own explicit role, trusted by Lambda
+// only, without managed policies, and the role grants Lambda exactly what the function's
+// event sources, destinations, log group and tracing need — nothing account-wide.
+func TestExecutionRoles(t *testing.T) {
+	tpl, _ := load(t)
+	seen := map[string]string{}
+	for _, f := range functions(t, tpl) {
+		t.Run(f.LogicalID, func(t *testing.T) {
+			role, err := RoleOf(tpl, f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if role == "" {
+				t.Fatal("no explicit Role: SAM would generate one with AWS-managed, account-wide policies")
+			}
+			if other, dup := seen[role]; dup {
+				t.Errorf("role %s is shared with %s", role, other)
+			}
+			seen[role] = f.LogicalID
+			if f.Properties["Policies"] != nil {
+				t.Error("Policies is ignored when Role is set: move the statements to the role")
+			}
+			rp := tpl.Resources[role].Properties
+			if rp["ManagedPolicyArns"] != nil {
+				t.Errorf("%s has managed policies: %v", role, rp["ManagedPolicyArns"])
+			}
+			trust, _ := rp["AssumeRolePolicyDocument"].(map[string]any)
+			ts := statements(role, "AssumeRolePolicyDocument", trust)
+			if len(ts) != 1 {
+				t.Fatalf("%s: want one trust statement, got %d", role, len(ts))
+			}
+			p, _ := ts[0].Raw["Principal"].(map[string]any)
+			if len(p) != 1 || p["Service"] != "lambda.amazonaws.com" || ts[0].Effect != "Allow" ||
+				!slices.Equal(ts[0].Actions, []any{"sts:AssumeRole"}) {
+				t.Errorf("%s: trust statement %v, want lambda.amazonaws.com sts:AssumeRole only", role, ts[0].Raw)
+			}
+
+			grants, err := FunctionGrants(tpl, f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := map[string]bool{}
+			for _, g := range grants {
+				got[g.String()] = true
+			}
+			want := []string{}
+			target := func(v any) string {
+				refs, _ := References(v, "x")
+				if len(refs) != 1 {
+					t.Fatalf("want one reference in %v", v)
+				}
+				a := refs[0].Attribute
+				if a == "" {
+					a = "Arn"
+				}
+				return refs[0].Target + "." + a
+			}
+			for _, e := range f.Events() {
+				switch e.Type {
+				case "SQS":
+					q := target(e.Properties["Queue"])
+					for _, a := range []string{"sqs:ReceiveMessage", "sqs:DeleteMessage", "sqs:GetQueueAttributes", "sqs:ChangeMessageVisibility"} {
+						want = append(want, a+" on "+q)
+					}
+				case "DynamoDB":
+					st := target(e.Properties["Stream"])
+					for _, a := range []string{"dynamodb:DescribeStream", "dynamodb:GetRecords", "dynamodb:GetShardIterator", "dynamodb:ListStreams"} {
+						want = append(want, a+" on "+st)
+					}
+				}
+				if d, _ := e.Properties["DestinationConfig"].(map[string]any); d != nil {
+					of, _ := d["OnFailure"].(map[string]any)
+					want = append(want, "sqs:SendMessage on "+target(of["Destination"]))
+				}
+			}
+			if d, ok := f.lookup("EventInvokeConfig/DestinationConfig/OnFailure/Destination").(map[string]any); ok {
+				want = append(want, "sqs:SendMessage on "+target(d))
+			}
+			lg, ok := f.lookup("LoggingConfig/LogGroup").(map[string]any)
+			if !ok {
+				t.Fatal("no LoggingConfig.LogGroup: Lambda would log to a group the role cannot be scoped to")
+			}
+			lgID := strings.TrimSuffix(target(lg), ".Arn")
+			if res := tpl.Resources[lgID]; res.Type != "AWS::Logs::LogGroup" || res.Properties["RetentionInDays"] == nil {
+				t.Errorf("log group %s: want an AWS::Logs::LogGroup of the template with RetentionInDays", lgID)
+			}
+			want = append(want, "logs:CreateLogStream on "+lgID+".Arn", "logs:PutLogEvents on "+lgID+".Arn")
+			if f.String("Tracing") == "Active" {
+				want = append(want, "xray:PutTraceSegments on *", "xray:PutTelemetryRecords on *")
+			}
+			for _, w := range want {
+				if !got[w] {
+					t.Errorf("the role does not grant %s", w)
+				}
+			}
+			for _, g := range grants {
+				if strings.HasPrefix(g.Action, "logs:") && g.String() != "logs:CreateLogStream on "+lgID+".Arn" && g.String() != "logs:PutLogEvents on "+lgID+".Arn" {
+					t.Errorf("%s: %s: logs go to the function's own group only", g.Path, g)
+				}
+			}
+		})
+	}
+}
+
+// TestResourcePoliciesOnlyDeny: a resource policy statement whose principal is everyone
+// must deny; allows name a principal.
+func TestResourcePoliciesOnlyDeny(t *testing.T) {
+	tpl, _ := load(t)
+	stmts, _ := PolicyStatements(tpl)
+	n := 0
+	for _, s := range stmts {
+		switch tpl.Resources[s.Owner].Type {
+		case "AWS::SQS::QueuePolicy", "AWS::SNS::TopicPolicy", "AWS::Events::EventBusPolicy":
+		default:
+			continue
+		}
+		n++
+		p := s.Raw["Principal"]
+		everyone := p == "*"
+		if m, ok := p.(map[string]any); ok && m["AWS"] == "*" {
+			everyone = true
+		}
+		if everyone && s.Effect != "Deny" {
+			t.Errorf("%s: Principal * with Effect %s", s.Path, s.Effect)
+		}
+		if everyone && s.Raw["Condition"] == nil {
+			t.Errorf("%s: a Deny to everyone without a condition locks the resource", s.Path)
+		}
+	}
+	if n == 0 {
+		t.Fatal("no resource policy statements found")
+	}
+}
+
+// TestWhoMaySendWork: the orders queue and the event bus accept work from named principals
+// only, the orders queue over TLS only, and the StockAdjusted rule matches its source.
+func TestWhoMaySendWork(t *testing.T) {
+	tpl, _ := load(t)
+	stmts, _ := PolicyStatements(tpl)
+	find := func(owner, sid string) *Statement {
+		for i := range stmts {
+			if stmts[i].Owner == owner && stmts[i].Raw["Sid"] == sid {
+				return &stmts[i]
+			}
+		}
+		t.Fatalf("no statement %s in %s", sid, owner)
+		return nil
+	}
+	queues, _ := References(tpl.Resources["OrdersQueuePolicy"].Properties["Queues"], "Queues")
+	if len(queues) != 1 || queues[0].Target != "OrdersQueue" {
+		t.Fatalf("OrdersQueuePolicy applies to %v", queues)
+	}
+	tls := find("OrdersQueuePolicy", "DenyInsecureTransport")
+	cond, _ := tls.Raw["Condition"].(map[string]any)
+	b, _ := cond["Bool"].(map[string]any)
+	if tls.Effect != "Deny" || b["aws:SecureTransport"] != "false" || !slices.Contains(tls.Actions, any("sqs:SendMessage")) ||
+		!slices.Contains(tls.Actions, any("sqs:ReceiveMessage")) {
+		t.Errorf("DenyInsecureTransport = %v", tls.Raw)
+	}
+	send := find("OrdersQueuePolicy", "DenySendExceptNamedProducers")
+	cond, _ = send.Raw["Condition"].(map[string]any)
+	arnNe, _ := cond["ArnNotEquals"].(map[string]any)
+	strNe, _ := cond["StringNotEquals"].(map[string]any)
+	janitor, _ := References(arnNe["aws:PrincipalArn"], "x")
+	producers, _ := References(strNe["aws:PrincipalArn"], "x")
+	if send.Effect != "Deny" || !slices.Equal(send.Actions, []any{"sqs:SendMessage"}) ||
+		len(janitor) != 1 || janitor[0].Target != "JanitorRole" || len(producers) != 1 || producers[0].Target != "OrderProducerPrincipalArns" {
+		t.Errorf("DenySendExceptNamedProducers = %v: want a Deny of sqs:SendMessage to all but the janitor's role and the OrderProducerPrincipalArns", send.Raw)
+	}
+	bus := find("TurnstileBusPolicy", "DenyPutEventsExceptNamedPublishers")
+	cond, _ = bus.Raw["Condition"].(map[string]any)
+	strNe, _ = cond["StringNotEquals"].(map[string]any)
+	pubs, _ := References(strNe["aws:PrincipalArn"], "x")
+	res, _ := References(bus.Resources, "x")
+	if bus.Effect != "Deny" || !slices.Equal(bus.Actions, []any{"events:PutEvents"}) || len(pubs) != 1 ||
+		pubs[0].Target != "EventPublisherPrincipalArns" || len(res) != 1 || res[0].Target != "TurnstileBus" {
+		t.Errorf("bus policy = %v", bus.Raw)
+	}
+	if busRefs, _ := References(tpl.Resources["TurnstileBusPolicy"].Properties["EventBusName"], "x"); len(busRefs) != 1 || busRefs[0].Target != "TurnstileBus" {
+		t.Errorf("TurnstileBusPolicy applies to %v", busRefs)
+	}
+	f, err := LookupFunction(tpl, "InventoryUpdaterFunction")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range f.Events() {
+		if e.Type != "EventBridgeRule" {
+			continue
+		}
+		if refs, _ := References(e.Properties["EventBusName"], "x"); len(refs) != 1 || refs[0].Target != "TurnstileBus" {
+			t.Errorf("%s: rule on bus %v, want the app's own bus (its policy governs who publishes)", e.Name, e.Properties["EventBusName"])
+		}
+		p, _ := e.Properties["Pattern"].(map[string]any)
+		if src, _ := p["source"].([]any); len(src) == 0 {
+			t.Errorf("%s: the rule pattern does not match source", e.Name)
+		}
+	}
+}
+
+// TestDataIsProtected: tables cannot be deleted by accident (deletion protection, on by
+// default) and survive stack deletion and replacement, like the dead-letter queues and the
+// other stateful resources; the janitor has reserved concurrency.
+func TestDataIsProtected(t *testing.T) {
+	tpl, _ := load(t)
+	p, _ := tpl.Parameters["TableDeletionProtection"].(map[string]any)
+	if p["Default"] != "true" {
+		t.Errorf("TableDeletionProtection default = %v, want \"true\"", p["Default"])
+	}
+	for id, r := range tpl.Resources {
+		stateful := false
+		switch r.Type {
+		case "AWS::DynamoDB::Table":
+			stateful = true
+			refs, _ := References(r.Properties["DeletionProtectionEnabled"], "x")
+			if len(refs) != 1 || refs[0].Target != "TableDeletionProtection" {
+				t.Errorf("%s: DeletionProtectionEnabled = %v, want !Ref TableDeletionProtection", id, r.Properties["DeletionProtectionEnabled"])
+			}
+		case "AWS::SQS::Queue", "AWS::Logs::LogGroup":
+			stateful = true
+		}
+		if stateful && (r.Raw["DeletionPolicy"] != "Retain" || r.Raw["UpdateReplacePolicy"] != "Retain") {
+			t.Errorf("%s: DeletionPolicy %v, UpdateReplacePolicy %v, want Retain", id, r.Raw["DeletionPolicy"], r.Raw["UpdateReplacePolicy"])
+		}
+	}
+	f, err := LookupFunction(tpl, "JanitorFunction")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if refs, _ := References(f.Properties["ReservedConcurrentExecutions"], "x"); len(refs) != 1 || refs[0].Target != "JanitorReservedConcurrency" {
+		t.Errorf("janitor ReservedConcurrentExecutions = %v", f.Properties["ReservedConcurrentExecutions"])
 	}
 }
 
@@ -422,6 +689,12 @@ func TestInventoryRuleMatchesStockAdjusted(t *testing.T) {
 		if got != want {
 			t.Errorf("%s: rule match = %v, want %v", file, got, want)
 		}
+	}
+	// A StockAdjusted event from another source does not feed the inventory updater.
+	spoofed := readJSON(t, filepath.Join(root, "events", "eventbridge-stock-adjusted.json"))
+	spoofed["source"] = "someone.else"
+	if got, err := MatchAny(patterns, spoofed); err != nil || got {
+		t.Errorf("StockAdjusted from source someone.else: rule match = %v (%v), want false", got, err)
 	}
 }
 

@@ -44,12 +44,16 @@ const EnvEndpoint = ddblocal.EnvEndpoint
 // pingTimeout bounds the reachability check of Client and StreamsClient.
 const pingTimeout = 5 * time.Second
 
+// Runner runs a package's tests: *testing.M, or a wrapper that checks something after
+// them (policycheck.Run).
+type Runner interface{ Run() int }
+
 // Main runs the tests of a package against a local engine and exits; call it from TestMain.
-func Main(m *testing.M) {
+func Main(m Runner) {
 	os.Exit(run(m))
 }
 
-func run(m *testing.M) int {
+func run(m Runner) int {
 	if os.Getenv(EnvEndpoint) != "" {
 		return m.Run()
 	}

@@ -16,12 +16,17 @@ import (
 
 	"github.com/turnstile-locks/turnstile/functions/inventoryupdater/handler"
 	"github.com/turnstile-locks/turnstile/internal/emf"
+	"github.com/turnstile-locks/turnstile/internal/policycheck"
 	"github.com/turnstile-locks/turnstile/internal/shop"
 	"github.com/turnstile-locks/turnstile/internal/testenv"
 	"github.com/turnstile-locks/turnstile/lockcore"
 )
 
-func TestMain(m *testing.M) { testenv.Main(m) }
+// calls records the DynamoDB calls of the handler under test; after the tests they are
+// compared with the function's role in template.yaml (policycheck).
+var calls = policycheck.NewRecorder()
+
+func TestMain(m *testing.M) { testenv.Main(policycheck.Run(m, "InventoryUpdaterFunction", calls)) }
 
 func loadEvent(t *testing.T, name string) events.EventBridgeEvent {
 	t.Helper()
@@ -46,12 +51,17 @@ func TestHandle(t *testing.T) {
 	// The function's environment has no orders table.
 	tables := shop.Tables{Locks: names["LockTable"], Inventory: names["InventoryTable"]}
 	db := testenv.Client(t)
-	svc, err := shop.NewService(db, tables, shop.WithOwner("inventoryupdater-test"), shop.WithWaitBudget(0))
+	// The handler's calls are recorded (policycheck); the fixture's (seed, stock) are not.
+	hsvc, err := shop.NewService(calls.Client(db), tables, shop.WithOwner("inventoryupdater-test"), shop.WithWaitBudget(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc, err := shop.NewService(db, tables, shop.WithOwner("inventoryupdater-fixture"), shop.WithWaitBudget(0))
 	if err != nil {
 		t.Fatal(err)
 	}
 	var logs, metrics bytes.Buffer
-	h := handler.New(svc, handler.WithLogger(slog.New(slog.NewJSONHandler(&logs, nil))),
+	h := handler.New(hsvc, handler.WithLogger(slog.New(slog.NewJSONHandler(&logs, nil))),
 		handler.WithMetrics(func(context.Context) handler.Metrics { return emf.New(&metrics, "test") }))
 	if err := svc.SeedStock(context.Background(), "MUG-RED-350", 10); err != nil {
 		t.Fatal(err)

@@ -21,12 +21,17 @@ import (
 
 	"github.com/turnstile-locks/turnstile/functions/janitor/handler"
 	"github.com/turnstile-locks/turnstile/internal/emf"
+	"github.com/turnstile-locks/turnstile/internal/policycheck"
 	"github.com/turnstile-locks/turnstile/internal/shop"
 	"github.com/turnstile-locks/turnstile/internal/testenv"
 	"github.com/turnstile-locks/turnstile/lockcore"
 )
 
-func TestMain(m *testing.M) { testenv.Main(m) }
+// calls records the DynamoDB calls of the handler under test; after the tests they are
+// compared with the function's role in template.yaml (policycheck).
+var calls = policycheck.NewRecorder()
+
+func TestMain(m *testing.M) { testenv.Main(policycheck.Run(m, "JanitorFunction", calls)) }
 
 // capture is a Redriver that keeps what it was given.
 type capture struct {
@@ -56,7 +61,9 @@ func (c *capture) ids() []string {
 }
 
 type fixture struct {
-	db      *dynamodb.Client
+	db      *dynamodb.Client // the fixture's own: its calls are not the function's
+	hdb     *dynamodb.Client // the handler's, recorded (policycheck)
+	hsvc    *shop.Service    // the handler's, on hdb
 	tables  shop.Tables
 	svc     *shop.Service
 	redrive *capture
@@ -77,7 +84,11 @@ func newFixture(t *testing.T, opts ...handler.Option) *fixture {
 	if f.svc, err = shop.NewService(f.db, f.tables, shop.WithOwner("janitor-test"), shop.WithLease(time.Second), shop.WithTakeoverSkew(0)); err != nil {
 		t.Fatal(err)
 	}
-	f.h = handler.New(f.db, f.tables.Locks, f.svc, f.redrive, append([]handler.Option{
+	f.hdb = calls.Client(f.db)
+	if f.hsvc, err = shop.NewService(f.hdb, f.tables, shop.WithOwner("janitor-test"), shop.WithLease(time.Second), shop.WithTakeoverSkew(0)); err != nil {
+		t.Fatal(err)
+	}
+	f.h = handler.New(f.hdb, f.tables.Locks, f.hsvc, f.redrive, append([]handler.Option{
 		handler.WithLogger(slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))),
 		handler.WithMetrics(func(context.Context) handler.Metrics { return emf.New(f.metrics, "test") }),
 	}, opts...)...)
@@ -346,12 +357,12 @@ func TestSweepNeverDeletesARenewedLease(t *testing.T) {
 
 	// Two days on, every row looks long expired; between the scan and the deletes the
 	// live holder renews its lease.
-	db := &scanHook{Client: f.db, after: func() {
+	db := &scanHook{Client: f.hdb, after: func() {
 		if err := live.Renew(ctx); err != nil {
 			t.Errorf("renew: %v", err)
 		}
 	}}
-	j := handler.New(db, f.tables.Locks, f.svc, f.redrive,
+	j := handler.New(db, f.tables.Locks, f.hsvc, f.redrive,
 		handler.WithLogger(slog.New(slog.DiscardHandler)),
 		handler.WithMetrics(func(context.Context) handler.Metrics { return emf.New(f.metrics, "test") }),
 		handler.WithClock(func() time.Time { return time.Now().Add(48 * time.Hour) }),

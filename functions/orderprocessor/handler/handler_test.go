@@ -17,12 +17,17 @@ import (
 
 	"github.com/turnstile-locks/turnstile/functions/orderprocessor/handler"
 	"github.com/turnstile-locks/turnstile/internal/emf"
+	"github.com/turnstile-locks/turnstile/internal/policycheck"
 	"github.com/turnstile-locks/turnstile/internal/shop"
 	"github.com/turnstile-locks/turnstile/internal/testenv"
 	"github.com/turnstile-locks/turnstile/lockcore"
 )
 
-func TestMain(m *testing.M) { testenv.Main(m) }
+// calls records the DynamoDB calls of the handler under test; after the tests they are
+// compared with the function's role in template.yaml (policycheck).
+var calls = policycheck.NewRecorder()
+
+func TestMain(m *testing.M) { testenv.Main(policycheck.Run(m, "OrderProcessorFunction", calls)) }
 
 // syncBuffer is a bytes.Buffer safe for the logger's concurrent writes.
 type syncBuffer struct {
@@ -54,13 +59,21 @@ func newFixture(t *testing.T, opts ...shop.Option) *fixture {
 	t.Helper()
 	names := testenv.Tables(t, "LockTable", "OrdersTable", "InventoryTable")
 	tables := shop.Tables{Locks: names["LockTable"], Orders: names["OrdersTable"], Inventory: names["InventoryTable"]}
-	svc, err := shop.NewService(testenv.Client(t), tables, append([]shop.Option{
+	opts = append([]shop.Option{
 		shop.WithOwner("orderprocessor-test"), shop.WithLease(time.Second), shop.WithWaitBudget(0),
-	}, opts...)...)
+	}, opts...)
+	// The handler's service calls DynamoDB through the recorder; the fixture's own service
+	// (seeding, inspecting) does not, its calls are not the function's.
+	svc, err := shop.NewService(calls.Client(testenv.Client(t)), tables, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := &fixture{svc: svc, tables: tables, logs: &syncBuffer{}, metrics: &syncBuffer{}}
+	// Default lease (10s): a seeding lease lost under load would hold a SKU the handler needs.
+	fixtureSvc, err := shop.NewService(testenv.Client(t), tables, shop.WithOwner("orderprocessor-fixture"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &fixture{svc: fixtureSvc, tables: tables, logs: &syncBuffer{}, metrics: &syncBuffer{}}
 	f.h = handler.New(svc,
 		handler.WithLogger(slog.New(slog.NewJSONHandler(f.logs, nil))),
 		handler.WithMetrics(func(context.Context) handler.Metrics { return emf.New(f.metrics, "test") }))
