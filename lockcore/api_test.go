@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/expression"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
@@ -227,4 +228,89 @@ func testTableWithKey(t *testing.T, e *env, key string) string {
 		_, _ = e.db.DeleteTable(context.Background(), &dynamodb.DeleteTableInput{TableName: aws.String(name)})
 	})
 	return name
+}
+
+func TestAcquireOptionForms(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ctx := ctxT(t, 30*time.Second)
+	m, _ := lockcore.NewMutex(e.db, e.locks, fast("a")...)
+	b, _ := lockcore.NewMutex(e.db, e.locks, fast("b")...)
+	l, err := m.Acquire(ctx, "forms", lockcore.LeaseDuration(5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l.Duration() != 5*time.Second {
+		t.Errorf("lease %s, want the per-call 5s", l.Duration())
+	}
+	info, _ := m.Get(ctx, "forms")
+	if info.Holder == nil || info.Holder.Lease != 5*time.Second {
+		t.Errorf("row records %+v, want a 5s lease", info.Holder)
+	}
+	// A WaitPolicy is an acquire option by itself.
+	start := time.Now()
+	if _, err := b.Acquire(ctx, "forms", lockcore.WaitUpTo(100*time.Millisecond)); !errors.Is(err, lockcore.ErrWaitTimeout) {
+		t.Errorf("WaitUpTo as an option: %v", err)
+	}
+	if time.Since(start) > 3*time.Second {
+		t.Errorf("WaitUpTo(100ms) waited %s", time.Since(start))
+	}
+	_ = l.Release(ctx)
+	for _, c := range []struct {
+		name string
+		err  func() error
+		want string
+	}{
+		{"lease below minimum", func() error { _, err := m.Acquire(ctx, "x", lockcore.LeaseDuration(time.Second)); return err }, "lease"},
+		{"lease not whole ms", func() error { _, err := m.Acquire(ctx, "x", lockcore.LeaseDuration(3*time.Second+1)); return err }, "lease"},
+		{"itemlocker namespace", func() error {
+			il, _ := lockcore.NewItemLocker(e.db, e.data, fast("a"))
+			_, err := il.Acquire(ctx, dataKey("x"), lockcore.Namespace("n"))
+			return err
+		}, "namespace"},
+		{"itemlocker data", func() error {
+			il, _ := lockcore.NewItemLocker(e.db, e.data, fast("a"))
+			_, err := il.Acquire(ctx, dataKey("x"), lockcore.Data([]byte("d")))
+			return err
+		}, "data"},
+		{"queue data", func() error {
+			q, _ := lockcore.NewQueue(e.db, e.locks, fast("a")...)
+			_, err := q.Acquire(ctx, "x", lockcore.Data([]byte("d")))
+			return err
+		}, "data"},
+	} {
+		err := c.err()
+		var oe *lockcore.OptionError
+		if !errors.As(err, &oe) || oe.Field != c.want {
+			t.Errorf("%s: %v, want an OptionError naming %q", c.name, err, c.want)
+		}
+	}
+}
+
+func TestItemLeaseMethods(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ctx := ctxT(t, 30*time.Second)
+	il, _ := lockcore.NewItemLocker(e.db, e.data, fast("a"))
+	l, err := il.Acquire(ctx, dataKey("m"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.Update(ctx, addN, expression.ConditionBuilder{}); err != nil {
+		t.Fatal(err)
+	}
+	notThere := expression.AttributeNotExists(expression.Name("n"))
+	if _, err := l.Update(ctx, addN, notThere); !errors.Is(err, lockcore.ErrConditionFailed) {
+		t.Fatalf("Update with a failing condition: %v", err)
+	}
+	out, err := l.UpdateAndRelease(ctx, addN, expression.ConditionBuilder{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v := out["n"].(*types.AttributeValueMemberN).Value; v != "2" {
+		t.Fatalf("n = %s", v)
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatalf("Release after UpdateAndRelease: %v", err)
+	}
 }

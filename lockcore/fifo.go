@@ -83,19 +83,22 @@ func (q *Queue) Acquire(ctx context.Context, key string, opts ...AcquireOption) 
 	if err := validateSK("namespace", ac.namespace, 30); err != nil {
 		return nil, err
 	}
+	if err := ac.refuse("a Queue", false, true); err != nil {
+		return nil, err
+	}
 	t0 := q.cfg.clock.Now()
 	var st acqStats
 	defer func() { q.cfg.acquired("queue", key, ac.namespace, t0, st, lease, err) }()
 	leaseID := newLeaseID(q.cfg.owner)
-	ticket, start, ttl, err := q.enqueue(ctx, key, ac.namespace, leaseID)
+	ticket, start, ttl, err := q.enqueue(ctx, key, ac.namespace, leaseID, ac.lease)
 	if err != nil {
 		return nil, err
 	}
 	if h := q.cfg.hooks.afterTicket; h != nil {
 		h(key, ticket)
 	}
-	l := newLease(q, q.cfg, key, ticketSK(ac.namespace, ticket), leaseID, Fence(ticket), start)
-	if q.cfg.ttlTooEarly(ttl, q.cfg.lease+q.cfg.ttlGrace) {
+	l := newLease(q, q.cfg, ac.lease, key, ticketSK(ac.namespace, ticket), leaseID, Fence(ticket), start)
+	if q.cfg.ttlTooEarly(ttl, ac.lease+q.cfg.ttlGrace) {
 		// Our clock runs slow: TTL could remove our row while we wait or hold. Rewrite
 		// its TTL from the server's time at once.
 		if err := l.Renew(ctx); err != nil {
@@ -105,7 +108,7 @@ func (q *Queue) Acquire(ctx context.Context, key string, opts ...AcquireOption) 
 			return nil, err
 		}
 	}
-	l.startHeartbeat(ctx, q.cfg.heartbeat)
+	l.startHeartbeat(ctx, ac.heartbeat)
 	if err := q.waitTurn(ctx, l, ac, ticket, &st); err != nil {
 		rctx, cancel := detached(ctx)
 		_ = l.Release(rctx) // withdraw the ticket
@@ -124,7 +127,7 @@ func (q *Queue) TryAcquire(ctx context.Context, key string, opts ...AcquireOptio
 // enqueue issues the next ticket and writes its row atomically. It returns the ticket,
 // the time the winning write was sent (the start of the row's validity) and the TTL it
 // gave the row.
-func (q *Queue) enqueue(ctx context.Context, key, ns, leaseID string) (int64, time.Time, int64, error) {
+func (q *Queue) enqueue(ctx context.Context, key, ns, leaseID string, lease time.Duration) (int64, time.Time, int64, error) {
 	bo := backoff{base: q.cfg.backoffBase, cap: q.cfg.backoffCap}
 	counterKey := item{attrPK: s(key), attrSK: s(counterSK(ns))}
 	cur, known := int64(0), false
@@ -177,8 +180,8 @@ func (q *Queue) enqueue(ctx context.Context, key, ns, leaseID string) (int64, ti
 		ce := expr(expression.NewBuilder().WithCondition(counterCond).
 			WithUpdate(expression.Set(name(attrNext), value(ticket))))
 		now := q.cfg.clock.Now()
-		until := now.Add(q.cfg.lease)
-		ttl := q.cfg.ttlAt(now, q.cfg.lease+q.cfg.ttlGrace)
+		until := now.Add(lease)
+		ttl := q.cfg.ttlAt(now, lease+q.cfg.ttlGrace)
 		if pending.ticket == ticket {
 			ttl = pending.ttl // the same request again: a duplicate of it must fail
 		}
@@ -186,7 +189,7 @@ func (q *Queue) enqueue(ctx context.Context, key, ns, leaseID string) (int64, ti
 			attrPK: s(key), attrSK: s(ticketSK(ns, ticket)),
 			attrTicket: n(ticket), attrLeaseID: s(leaseID), attrOwner: s(q.cfg.owner),
 			attrRev: n(1), attrHB: n(now.UnixMilli()), attrUntil: n(until.UnixMilli()),
-			attrLeaseMs: n(q.cfg.lease.Milliseconds()), attrState: s(stateHeld),
+			attrLeaseMs: n(lease.Milliseconds()), attrState: s(stateHeld),
 			attrExpiresAt: n(ttl),
 		}
 		re := expr(expression.NewBuilder().WithCondition(expression.AttributeNotExists(name(attrPK))))
@@ -372,7 +375,7 @@ func (q *Queue) waitTurn(ctx context.Context, l *Lease, ac *acquireConfig, ticke
 		if wake >= 0 && wake < d {
 			d = wake + time.Millisecond
 		}
-		d = min(d, q.cfg.lease/10)
+		d = min(d, l.duration/10)
 		if !p.forever {
 			d = min(d, p.max-waited)
 		}

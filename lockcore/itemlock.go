@@ -98,9 +98,41 @@ func NewItemLocker(db DynamoDB, table string, opts []Option, itemOpts ...ItemOpt
 // ItemLease is a lease on a data item together with the item as it was when locked.
 type ItemLease struct {
 	*Lease
-	item  item
-	ikey  item
-	chain writeChain
+	locker *ItemLocker
+	item   item
+	ikey   item
+	chain  writeChain
+}
+
+// Update writes update to the locked item and keeps the lock; cond is an extra
+// condition of the caller's (the zero ConditionBuilder: none). It is ItemLocker.Update.
+func (l *ItemLease) Update(ctx context.Context, update expression.UpdateBuilder, cond expression.ConditionBuilder) (map[string]types.AttributeValue, error) {
+	return l.write(ctx, update, cond, false)
+}
+
+// UpdateAndRelease writes update to the locked item and releases the lock in the same
+// call; cond as for Update. It is ItemLocker.UpdateAndRelease (see there for the errors).
+func (l *ItemLease) UpdateAndRelease(ctx context.Context, update expression.UpdateBuilder, cond expression.ConditionBuilder) (map[string]types.AttributeValue, error) {
+	return l.write(ctx, update, cond, true)
+}
+
+// Release releases the lock without writing (owner-checked); see Lease.Release.
+func (l *ItemLease) Release(ctx context.Context) error {
+	if l == nil || l.Lease == nil {
+		return invalidOption("lease", "must not be nil")
+	}
+	return l.Lease.Release(ctx)
+}
+
+func (l *ItemLease) write(ctx context.Context, update expression.UpdateBuilder, cond expression.ConditionBuilder, release bool) (map[string]types.AttributeValue, error) {
+	if l == nil || l.Lease == nil || l.locker == nil {
+		return nil, invalidOption("lease", "must be a lease returned by ItemLocker.Acquire or Attach")
+	}
+	var c *expression.ConditionBuilder
+	if cond.IsSet() {
+		c = &cond
+	}
+	return l.locker.write(ctx, l, update, c, release)
 }
 
 // Token returns the fencing token of this acquisition: the number of acquisitions the item
@@ -125,6 +157,9 @@ func (il *ItemLocker) Acquire(ctx context.Context, key map[string]types.Attribut
 	if err := il.validateKey(key); err != nil {
 		return nil, err
 	}
+	if err := ac.refuse("an ItemLocker", true, true); err != nil {
+		return nil, err
+	}
 	label := keyLabel(key)
 	t0 := il.cfg.clock.Now()
 	var st acqStats
@@ -141,7 +176,7 @@ func (il *ItemLocker) Acquire(ctx context.Context, key map[string]types.Attribut
 	var uncertain bool
 	err = il.cfg.waitFor(ctx, label, il.table+"\x00"+label, ac.wait, func(ctx context.Context, stale *Holder) (bool, *Holder, error) {
 		start = il.cfg.clock.Now()
-		it, holder, amb, err := il.attempt(ctx, key, leaseID, stale)
+		it, holder, amb, err := il.attempt(ctx, key, leaseID, ac.lease, stale)
 		if amb && !uncertain {
 			uncertain, firstUncertain = true, start
 		}
@@ -160,11 +195,11 @@ func (il *ItemLocker) Acquire(ctx context.Context, key map[string]types.Attribut
 		return nil, err
 	}
 	fence, _ := attrN(got, il.attrs.Fence)
-	l := newLease(il, il.cfg, label, "", leaseID, Fence(fence), start)
+	l := newLease(il, il.cfg, ac.lease, label, "", leaseID, Fence(fence), start)
 	l.ikey = key
-	il2 := &ItemLease{Lease: l, item: il.strip(got, key), ikey: key,
+	il2 := &ItemLease{Lease: l, locker: il, item: il.strip(got, key), ikey: key,
 		chain: writeChain{known: true, last: attrS(got, il.attrs.Write)}}
-	l.startHeartbeat(ctx, il.cfg.heartbeat)
+	l.startHeartbeat(ctx, ac.heartbeat)
 	return il2, nil
 }
 
@@ -225,10 +260,10 @@ func keyLabel(key item) string {
 	return label
 }
 
-func (il *ItemLocker) attempt(ctx context.Context, key item, leaseID string, stale *Holder) (won item, holder *Holder, ambiguous bool, err error) {
+func (il *ItemLocker) attempt(ctx context.Context, key item, leaseID string, lease time.Duration, stale *Holder) (won item, holder *Holder, ambiguous bool, err error) {
 	a := il.attrs
 	now := il.cfg.clock.Now()
-	until := now.Add(il.cfg.lease)
+	until := now.Add(lease)
 	free := expression.AttributeNotExists(name(a.LockedBy))
 	if il.cfg.takeover.wallClock {
 		free = expression.Or(free, expression.LessThan(name(a.Until), value(now.Add(-il.cfg.takeover.skew).UnixMilli())))
@@ -246,7 +281,7 @@ func (il *ItemLocker) attempt(ctx context.Context, key item, leaseID string, sta
 		Set(name(a.Owner), value(il.cfg.owner)).
 		Set(name(a.LockTime), value(now.UnixMilli())).
 		Set(name(a.Until), value(until.UnixMilli())).
-		Set(name(a.LeaseMs), value(il.cfg.lease.Milliseconds())).
+		Set(name(a.LeaseMs), value(lease.Milliseconds())).
 		Add(name(a.Rev), value(1)).
 		Add(name(a.Fence), value(1))
 	e := expr(expression.NewBuilder().WithCondition(cond).WithUpdate(upd))
@@ -574,9 +609,9 @@ func (il *ItemLocker) Attach(key map[string]types.AttributeValue, leaseID string
 	if leaseID == "" {
 		return nil, invalidOption("leaseID", "must not be empty")
 	}
-	l := newLease(il, il.cfg, keyLabel(key), "", leaseID, 0, il.cfg.clock.Now())
+	l := newLease(il, il.cfg, il.cfg.lease, keyLabel(key), "", leaseID, 0, il.cfg.clock.Now())
 	l.ikey = key
-	return &ItemLease{Lease: l, ikey: key}, nil
+	return &ItemLease{Lease: l, locker: il, ikey: key}, nil
 }
 
 // renew implements leaseOps.

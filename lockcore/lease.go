@@ -44,11 +44,11 @@ type Lease struct {
 	hbInterval time.Duration
 }
 
-func newLease(ops leaseOps, cfg *config, key, ns, id string, token Fence, start time.Time) *Lease {
+func newLease(ops leaseOps, cfg *config, lease time.Duration, key, ns, id string, token Fence, start time.Time) *Lease {
 	l := &Lease{
 		key: key, namespace: ns, id: id, owner: cfg.owner, token: token,
-		duration: cfg.lease, clock: cfg.clock, ops: ops,
-		validUntil: start.Add(cfg.lease),
+		duration: lease, clock: cfg.clock, ops: ops,
+		validUntil: start.Add(lease),
 		done:       make(chan struct{}),
 		acquired:   cfg.clock.Now(),
 	}

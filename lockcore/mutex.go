@@ -120,8 +120,8 @@ func (m *Mutex) Acquire(ctx context.Context, key string, opts ...AcquireOption) 
 		}
 	}
 	fence, _ := attrN(got, attrFence)
-	l := newLease(m, m.cfg, key, ac.namespace, leaseID, makeFence(epoch, fence), start)
-	if ttl, _ := attrN(got, attrExpiresAt); m.cfg.ttlTooEarly(ttl, m.cfg.lease+m.cfg.ttlGrace) {
+	l := newLease(m, m.cfg, ac.lease, key, ac.namespace, leaseID, makeFence(epoch, fence), start)
+	if ttl, _ := attrN(got, attrExpiresAt); m.cfg.ttlTooEarly(ttl, ac.lease+m.cfg.ttlGrace) {
 		// Our clock runs slow: TTL could remove the row while we hold it. Rewrite the
 		// TTL from the server's time before the lease is used.
 		if err := l.Renew(ctx); err != nil {
@@ -129,7 +129,7 @@ func (m *Mutex) Acquire(ctx context.Context, key string, opts ...AcquireOption) 
 			return nil, err
 		}
 	}
-	l.startHeartbeat(ctx, m.cfg.heartbeat)
+	l.startHeartbeat(ctx, ac.heartbeat)
 	return l, nil
 }
 
@@ -153,7 +153,7 @@ func (m *Mutex) keyOf(key, ns string) item {
 // holder that blocked it.
 func (m *Mutex) attempt(ctx context.Context, key string, ac *acquireConfig, leaseID string, stale *Holder) (won item, holder *Holder, ambiguous bool, err error) {
 	now := m.cfg.clock.Now()
-	until := now.Add(m.cfg.lease)
+	until := now.Add(ac.lease)
 	free := expression.Or(
 		expression.AttributeNotExists(name(attrPK)),
 		expression.Equal(name(attrState), value(stateReleased)),
@@ -171,9 +171,9 @@ func (m *Mutex) attempt(ctx context.Context, key string, ac *acquireConfig, leas
 	upd := expression.Set(name(attrState), value(stateHeld)).
 		Set(name(attrOwner), value(m.cfg.owner)).
 		Set(name(attrLeaseID), value(leaseID)).
-		Set(name(attrLeaseMs), value(m.cfg.lease.Milliseconds())).
+		Set(name(attrLeaseMs), value(ac.lease.Milliseconds())).
 		Set(name(attrUntil), value(until.UnixMilli())).
-		Set(name(attrExpiresAt), value(m.cfg.ttlAt(now, m.cfg.lease+m.cfg.ttlGrace))).
+		Set(name(attrExpiresAt), value(m.cfg.ttlAt(now, ac.lease+m.cfg.ttlGrace))).
 		Set(name(attrAcquiredAt), value(now.UnixMilli())).
 		Set(name(attrPrevLease), expression.IfNotExists(name(attrLeaseID), value("-"))).
 		Set(name(attrPrevState), expression.IfNotExists(name(attrState), value("-"))).
@@ -308,7 +308,7 @@ func (m *Mutex) Attach(key, leaseID string, opts ...AcquireOption) (*Lease, erro
 	if leaseID == "" {
 		return nil, invalidOption("leaseID", "must not be empty")
 	}
-	return newLease(m, m.cfg, key, ac.namespace, leaseID, 0, m.cfg.clock.Now()), nil
+	return newLease(m, m.cfg, ac.lease, key, ac.namespace, leaseID, 0, m.cfg.clock.Now()), nil
 }
 
 // renew implements leaseOps.

@@ -120,8 +120,8 @@ func WithHeartbeat(d time.Duration) Option {
 	return func(c *config) error { c.heartbeat = d; c.hbSet = true; return nil }
 }
 
-// WithOwner names this client in lock rows (default "<hostname>-<pid>"). The owner name is
-// checked on release and renewal, so it must differ between clients.
+// WithOwner names this client in lock rows (default "<hostname>-<pid>-<random>"). The owner
+// name is checked on release and renewal, so it must differ between clients.
 func WithOwner(owner string) Option {
 	return func(c *config) error {
 		if owner == "" {
@@ -235,7 +235,7 @@ func newConfig(opts []Option) (*config, error) {
 	c := &config{
 		lease:       DefaultLease,
 		minLease:    DefaultMinLease,
-		owner:       fmt.Sprintf("%s-%d", host, os.Getpid()),
+		owner:       fmt.Sprintf("%s-%d-%s", host, os.Getpid(), randomHex(2)),
 		clock:       SystemClock,
 		ttlGrace:    DefaultTTLGrace,
 		retention:   DefaultRetention,
@@ -323,25 +323,52 @@ func (p WaitPolicy) String() string {
 	}
 }
 
-// AcquireOption adjusts one acquisition.
-type AcquireOption func(*acquireConfig) error
+// AcquireOption adjusts one acquisition. Valid forms:
+//
+//	NoWait(), WaitUpTo(d), WaitForever()   the wait policy of this call
+//	Namespace(ns)                          an independent lock on the same key
+//	Data(b)                                bytes stored with the lease (Mutex only)
+//	LeaseDuration(d)                       this acquisition's lease instead of the client's
+//
+// A strategy refuses an option it cannot honour with an *OptionError.
+type AcquireOption interface {
+	applyAcquire(*acquireConfig) error
+}
+
+type acquireFunc func(*acquireConfig) error
+
+func (f acquireFunc) applyAcquire(a *acquireConfig) error { return f(a) }
 
 type acquireConfig struct {
 	wait      WaitPolicy
 	namespace string
 	nsSet     bool // Namespace was given (a Queue's default differs)
 	data      []byte
+	lease     time.Duration
+	heartbeat time.Duration
 }
 
-// Wait overrides the client's wait policy for this call.
-func Wait(p WaitPolicy) AcquireOption {
-	return func(a *acquireConfig) error {
-		if err := p.validate(); err != nil {
-			return err
-		}
-		a.wait = p
-		return nil
+// applyAcquire makes a WaitPolicy an AcquireOption: Acquire(ctx, key, WaitUpTo(d)).
+func (p WaitPolicy) applyAcquire(a *acquireConfig) error {
+	if err := p.validate(); err != nil {
+		return err
 	}
+	a.wait = p
+	return nil
+}
+
+// Wait overrides the client's wait policy for this call. A WaitPolicy is itself an
+// AcquireOption, so Wait(WaitUpTo(d)) and WaitUpTo(d) are the same; Wait remains for
+// code written before.
+func Wait(p WaitPolicy) AcquireOption { return p }
+
+// LeaseDuration gives this acquisition a lease of d instead of the client's (WithLease):
+// for code that builds its clients once and derives each lease from a deadline (a
+// Lambda's remaining time, say). The same rules apply: at least the minimum lease, whole
+// milliseconds, longer than the heartbeat interval when one is set. Clients of one
+// TicketLock must agree on the lease while it is in use.
+func LeaseDuration(d time.Duration) AcquireOption {
+	return acquireFunc(func(a *acquireConfig) error { a.lease = d; return nil })
 }
 
 // Namespace selects an independent lock on the same key (the lock row's sort key).
@@ -350,31 +377,54 @@ func Wait(p WaitPolicy) AcquireOption {
 // strategies' row suffixes), so locks of different namespaces and strategies never
 // share a row.
 func Namespace(ns string) AcquireOption {
-	return func(a *acquireConfig) error { a.namespace, a.nsSet = ns, true; return nil }
+	return acquireFunc(func(a *acquireConfig) error { a.namespace, a.nsSet = ns, true; return nil })
 }
 
 // Data stores opaque bytes with the lock (at most 64 KiB), readable by Get.
 func Data(b []byte) AcquireOption {
-	return func(a *acquireConfig) error {
+	return acquireFunc(func(a *acquireConfig) error {
 		if len(b) > 64<<10 {
 			return invalidOption("data", "must be at most 64 KiB, got %d bytes", len(b))
 		}
 		a.data = b
 		return nil
-	}
+	})
 }
 
 const defaultNamespace = "lock"
 
 func (c *config) acquireConfig(opts []AcquireOption) (*acquireConfig, error) {
-	a := &acquireConfig{wait: c.wait, namespace: defaultNamespace}
+	a := &acquireConfig{wait: c.wait, namespace: defaultNamespace, lease: c.lease, heartbeat: c.heartbeat}
 	for _, o := range opts {
 		if o == nil {
 			continue
 		}
-		if err := o(a); err != nil {
+		if err := o.applyAcquire(a); err != nil {
 			return nil, err
 		}
 	}
+	if a.lease != c.lease {
+		switch {
+		case a.lease < c.minLease:
+			return nil, invalidOption("lease", "must be at least %s (see WithMinLease), got %s", c.minLease, a.lease)
+		case a.lease%time.Millisecond != 0:
+			return nil, invalidOption("lease", "must be a whole number of milliseconds, got %s", a.lease)
+		case !c.hbSet:
+			a.heartbeat = a.lease / 2
+		case a.heartbeat >= a.lease:
+			return nil, invalidOption("lease", "must be longer than the heartbeat interval (%s), got %s", a.heartbeat, a.lease)
+		}
+	}
 	return a, nil
+}
+
+// refuse rejects acquire options a strategy cannot honour.
+func (a *acquireConfig) refuse(strategy string, namespace, data bool) error {
+	if namespace && a.nsSet {
+		return invalidOption("namespace", "%s has no namespaces (its lock lives on the item)", strategy)
+	}
+	if data && a.data != nil {
+		return invalidOption("data", "%s stores no data with its leases", strategy)
+	}
+	return nil
 }

@@ -156,9 +156,10 @@ func (t *TicketLock) validate(key, ns string) error {
 }
 
 // expiry is the TTL every write gives the row: far enough that TTL never removes a row
-// in use (every holder writes at least every heartbeat interval).
-func (t *TicketLock) expiry(now time.Time) int64 {
-	return t.cfg.ttlAt(now, max(t.cfg.retention, t.cfg.lease+t.cfg.ttlGrace))
+// in use (every holder writes at least every heartbeat interval). lease is the lease of
+// the row's clients where the writer knows it (0: the client's own).
+func (t *TicketLock) expiry(now time.Time, lease time.Duration) int64 {
+	return t.cfg.ttlAt(now, max(t.cfg.retention, max(lease, t.cfg.lease)+t.cfg.ttlGrace))
 }
 
 // ticketHold is one ticket of one acquisition: the leaseOps of its Lease.
@@ -227,7 +228,7 @@ func noWait(p WaitPolicy) bool { return !p.forever && p.max == 0 }
 // time of the first request that may have issued it.
 func (t *TicketLock) take(ctx context.Context, key string, ac *acquireConfig, start time.Time) (_ *ticketHold, _ ticketRow, _ time.Time, retErr error) {
 	h := &ticketHold{t: t, key: key, ns: ac.namespace, life: randomHex(8), wattr: waiterPrefix + randomHex(6)}
-	leaseMs := t.cfg.lease.Milliseconds()
+	leaseMs := ac.lease.Milliseconds()
 	bo := backoff{base: t.cfg.backoffBase, cap: t.cfg.backoffCap}
 	var first time.Time
 	uncertain := false // a ticket request may have landed, or may still land
@@ -256,7 +257,7 @@ func (t *TicketLock) take(ctx context.Context, key string, ac *acquireConfig, st
 			Set(name(attrRev), expression.IfNotExists(name(attrRev), value(0))).
 			Set(name(attrLife), expression.IfNotExists(name(attrLife), value(h.life))).
 			Set(name(attrLeaseMs), value(leaseMs)).
-			Set(name(attrExpiresAt), value(t.expiry(now)))
+			Set(name(attrExpiresAt), value(t.expiry(now, ac.lease)))
 		e := expr(expression.NewBuilder().WithCondition(cond).WithUpdate(upd))
 		if first.IsZero() {
 			first = now
@@ -290,7 +291,7 @@ func (t *TicketLock) take(ctx context.Context, key string, ac *acquireConfig, st
 			if row.leaseMs != leaseMs && row.serving <= row.next && !noWait(ac.wait) {
 				return nil, ticketRow{}, time.Time{}, &OptionError{Field: "lease", Err: ErrInvalidOption,
 					Reason: fmt.Sprintf("ticket lock %q is in use with a %s lease; this client's is %s (clients of one ticket lock must agree while it is in use)",
-						key, time.Duration(row.leaseMs)*time.Millisecond, t.cfg.lease)}
+						key, time.Duration(row.leaseMs)*time.Millisecond, ac.lease)}
 			}
 			// NoWait and the lock is busy — unless only withdrawn tickets are left.
 			if t.skipGone(ctx, key, ac.namespace, row) {
@@ -338,7 +339,7 @@ func (t *TicketLock) skip(ctx context.Context, key, ns string, row ticketRow, wa
 		expression.Equal(name(attrLife), value(row.life)))
 	upd := expression.Set(name(attrServing), value(row.serving+1)).
 		Set(name(attrSkip), value(row.serving)).
-		Set(name(attrExpiresAt), value(t.expiry(t.cfg.clock.Now()))).
+		Set(name(attrExpiresAt), value(t.expiry(t.cfg.clock.Now(), time.Duration(row.leaseMs)*time.Millisecond))).
 		Add(name(attrRev), value(1))
 	if wattr != "" {
 		upd = upd.Remove(name(wattr))
@@ -350,7 +351,7 @@ func (t *TicketLock) skip(ctx context.Context, key, ns string, row ticketRow, wa
 
 // wait polls the row until serving reaches our ticket.
 func (t *TicketLock) wait(ctx context.Context, h *ticketHold, row ticketRow, sent time.Time, ac *acquireConfig, start time.Time) (*Lease, error) {
-	lease := t.cfg.lease
+	lease := ac.lease
 	// lastBefore: send time of the last request whose answer showed an earlier ticket
 	// served. The lease's validity counts from it.
 	lastBefore := sent
@@ -437,7 +438,7 @@ func (t *TicketLock) wait(ctx context.Context, h *ticketHold, row ticketRow, sen
 	}
 	served = true
 	// Our turn. Refresh the lease first if much of its validity went by unnoticed.
-	l := newLease(h, t.cfg, h.key, h.ns, newLeaseID(t.cfg.owner), 0, lastBefore)
+	l := newLease(h, t.cfg, lease, h.key, h.ns, newLeaseID(t.cfg.owner), 0, lastBefore)
 	if l.Remaining() < lease/2 {
 		if err := l.Renew(ctx); err != nil {
 			if errors.Is(err, ErrLeaseLost) {
@@ -461,7 +462,7 @@ func (t *TicketLock) wait(ctx context.Context, h *ticketHold, row ticketRow, sen
 	}
 	l.token = makeFence(epoch, h.ticket)
 	h.since = t.cfg.clock.Now()
-	l.startHeartbeat(ctx, t.cfg.heartbeat)
+	l.startHeartbeat(ctx, ac.heartbeat)
 	return l, nil
 }
 
@@ -487,7 +488,7 @@ func (t *TicketLock) withdraw(ctx context.Context, h *ticketHold) {
 			expression.Equal(name(attrLife), value(h.life)),
 			expression.AttributeExists(name(h.wattr)))).
 		WithUpdate(expression.Remove(name(h.wattr)).
-			Set(name(attrExpiresAt), value(t.expiry(t.cfg.clock.Now())))))
+			Set(name(attrExpiresAt), value(t.expiry(t.cfg.clock.Now(), 0)))))
 	for range 5 {
 		_, err := t.db.UpdateItem(ctx, conditionalUpdate(t.table, t.keyOf(h.key, h.ns), e, types.ReturnValueNone), noSDKRetry)
 		switch {
@@ -547,7 +548,7 @@ func (t *TicketLock) withdrawUnknown(ctx context.Context, key, ns string, h *tic
 	e := expr(expression.NewBuilder().
 		WithCondition(expression.AttributeNotExists(name(h.wattr))).
 		WithUpdate(expression.Set(name(h.wattr), value(tombPrefix+strconv.FormatInt(now.UnixMilli(), 10))).
-			Set(name(attrExpiresAt), value(t.expiry(now)))))
+			Set(name(attrExpiresAt), value(t.expiry(now, 0)))))
 	for range 5 {
 		_, err := t.db.UpdateItem(rctx, conditionalUpdate(t.table, t.keyOf(key, ns), e, types.ReturnValueNone), noSDKRetry)
 		switch {
@@ -682,7 +683,7 @@ func (h *ticketHold) renew(ctx context.Context, l *Lease) error {
 	for {
 		e := expr(expression.NewBuilder().WithCondition(h.ours()).WithUpdate(
 			expression.Add(name(attrRev), value(1)).
-				Set(name(attrExpiresAt), value(t.expiry(t.cfg.clock.Now())))))
+				Set(name(attrExpiresAt), value(t.expiry(t.cfg.clock.Now(), l.duration)))))
 		out, err := t.db.UpdateItem(ctx, conditionalUpdate(t.table, t.keyOf(h.key, h.ns), e, types.ReturnValueNone), noSDKRetry)
 		switch {
 		case err == nil:
@@ -712,7 +713,7 @@ func (h *ticketHold) release(ctx context.Context, l *Lease) error {
 	for {
 		upd := expression.Set(name(attrServing), value(h.ticket+1)).
 			Set(name(attrRel), value(h.ticket)).
-			Set(name(attrExpiresAt), value(t.expiry(t.cfg.clock.Now()))).
+			Set(name(attrExpiresAt), value(t.expiry(t.cfg.clock.Now(), l.duration))).
 			Add(name(attrRev), value(1)).
 			Remove(name(h.wattr))
 		for _, tomb := range h.gc {
