@@ -220,12 +220,20 @@ build-InventoryUpdaterFunction: ## Build the inventory updater's bootstrap into 
 build-JanitorFunction: ## Build the janitor's bootstrap into $(ARTIFACTS_DIR).
 	$(GO_LAMBDA_BUILD) -o $(ARTIFACTS_DIR)/bootstrap ./functions/janitor
 
+# make invoke FN=... EVENT=... [SEED=events/seed-inventory.json] [ENV_VARS=env.json] [LOG_LEVEL=debug] [FORCE=1]
+FORCE     ?=
+ENV_VARS  ?=
+LOG_LEVEL ?=
+# SEED is shared with `make chaos` (a number there): here it counts when it names a .json file.
+INVOKE_ARGS = $(if $(filter %.json,$(SEED)),-seed '$(SEED)') $(if $(ENV_VARS),-env-vars '$(ENV_VARS)') \
+              $(if $(LOG_LEVEL),-log-level '$(LOG_LEVEL)') $(if $(filter-out 0,$(FORCE)),-force)
+
 .PHONY: invoke
-invoke: ## Run a function locally: make invoke FN=OrderProcessorFunction EVENT=events/sqs-order.json
-	@[ -n "$(FN)" ] && [ -n "$(EVENT)" ] || { echo "usage: make invoke FN=<LogicalId> EVENT=events/<file>.json"; exit 2; }
+invoke: ## Run a function locally: make invoke FN=OrderProcessorFunction EVENT=events/sqs-order.json [SEED= ENV_VARS= LOG_LEVEL= FORCE=1]
+	@[ -n "$(FN)" ] && [ -n "$(EVENT)" ] || { echo "usage: make invoke FN=<LogicalId> EVENT=events/<file>.json [SEED=events/seed-inventory.json] [ENV_VARS=env.json] [LOG_LEVEL=debug] [FORCE=1]"; exit 2; }
 	@mkdir -p $(BIN_DIR)
 	@$(GO) build -o $(BIN_DIR)/invoke ./cmd/invoke
-	@$(BIN_DIR)/invoke -fn '$(FN)' -event '$(EVENT)' # fetches and starts DynamoDB Local unless DYNAMODB_ENDPOINT is set
+	@$(BIN_DIR)/invoke -fn '$(FN)' -event '$(EVENT)' $(INVOKE_ARGS) # fetches and starts DynamoDB Local unless DYNAMODB_ENDPOINT is set
 
 .PHONY: deploy
 deploy: sam-build ## sam deploy --config-env $(ENV) (ENV=default|prod; needs AWS credentials).
