@@ -41,9 +41,58 @@ $(STATICCHECK):
 	@mv $(BIN_DIR)/staticcheck $@
 
 .PHONY: test
-test: lint engine-deps sam-validate sam-build ## Lint, SAM validate/build, all tests with -race, then a short fuzz smoke run.
+test: lint engine-deps sam-validate sam-build vuln ## Lint, SAM validate/build, govulncheck, all tests with -race, then a short fuzz smoke run.
 	$(GO) test $(TEST_FLAGS) $(PKGS)
 	@$(MAKE) fuzz FUZZTIME=$(FUZZ_SMOKE_TIME)
+
+# ---------------------------------------------------------------------------------------------
+# Vulnerabilities (issue #13): govulncheck on the source (./...) and on the built bootstraps.
+# The database is GOVULNDB (e.g. GOVULNDB=file:///path/to/db or https://vuln.go.dev) if set,
+# else the offline copy ../shared/vulndb/govulndb.tgz (extracted into .cache/govulndb), else
+# none: then the target says so loudly and exits 0 (nothing to check against is not a finding).
+# ---------------------------------------------------------------------------------------------
+GOVULNCHECK_VERSION ?= v1.9.0
+GOVULNCHECK         := $(BIN_DIR)/govulncheck-$(GOVULNCHECK_VERSION)
+VULNDB_ARCHIVE      ?= $(abspath $(CURDIR)/../shared/vulndb/govulndb.tgz)
+VULNDB_DIR          := $(CACHE_DIR)/govulndb
+VULN_BUILD_DIR      := $(CURDIR)/.aws-sam/build
+
+$(GOVULNCHECK):
+	@mkdir -p $(BIN_DIR)
+	GOBIN=$(BIN_DIR) $(GO) install golang.org/x/vuln/cmd/govulncheck@$(GOVULNCHECK_VERSION)
+	@mv $(BIN_DIR)/govulncheck $@
+
+.PHONY: vuln
+vuln: $(GOVULNCHECK) ## govulncheck ./... and each bootstrap (-mode binary); GOVULNDB or ../shared/vulndb; fails on findings.
+	@set -e; db="$$GOVULNDB"; \
+	if [ -z "$$db" ] && [ -f "$(VULNDB_ARCHIVE)" ]; then \
+	  if [ ! -f "$(VULNDB_DIR)/.extracted" ] || [ "$(VULNDB_ARCHIVE)" -nt "$(VULNDB_DIR)/.extracted" ]; then \
+	    rm -rf "$(VULNDB_DIR)"; mkdir -p "$(VULNDB_DIR)"; \
+	    tar -xzf "$(VULNDB_ARCHIVE)" -C "$(VULNDB_DIR)"; touch "$(VULNDB_DIR)/.extracted"; \
+	  fi; \
+	  db="file://$(VULNDB_DIR)"; \
+	fi; \
+	if [ -z "$$db" ]; then \
+	  echo "################################################################################"; \
+	  echo "vuln: NO VULNERABILITY DATABASE REACHABLE: GOVULNDB is not set and"; \
+	  echo "vuln: $(VULNDB_ARCHIVE) does not exist. NOTHING WAS CHECKED."; \
+	  echo "vuln: set GOVULNDB=file:///path/to/db (govulncheck -db layout) or GOVULNDB=https://vuln.go.dev"; \
+	  echo "################################################################################"; \
+	  exit 0; \
+	fi; \
+	modified=$$(case "$$db" in file://*) sed -n 's/.*"modified":"\([^"]*\)".*/\1/p' "$${db#file://}/index/db.json" 2>/dev/null;; esac); \
+	echo "vuln: govulncheck $(GOVULNCHECK_VERSION), database $$db$${modified:+ (modified $$modified)}, $$($(GO) env GOVERSION)"; \
+	echo "vuln: source ./..."; \
+	$(GOVULNCHECK) -db "$$db" ./...; \
+	for fn in $(LAMBDA_FUNCTIONS); do \
+	  f="$(VULN_BUILD_DIR)/$$fn/bootstrap"; \
+	  if [ ! -x "$$f" ] || [ -n "$$(find . -path ./.cache -prune -o -path ./.venv -prune -o \( -name '*.go' -o -name go.mod -o -name go.sum \) -newer "$$f" -print | head -1)" ]; then \
+	    echo "vuln: building $$f (missing or older than the source)"; \
+	    $(MAKE) build-$$fn ARTIFACTS_DIR="$(VULN_BUILD_DIR)/$$fn" >/dev/null; \
+	  fi; \
+	  echo "vuln: binary $$f"; \
+	  $(GOVULNCHECK) -db "$$db" -mode binary "$$f"; \
+	done
 
 .PHONY: demo
 demo: ## Run the demo against a fresh local engine (or DYNAMODB_ENDPOINT); flags via DEMO_FLAGS="-orders 500 -seed 2".
@@ -118,7 +167,9 @@ SAM_STAMP        := $(VENV)/.aws-sam-cli-$(SAM_CLI_VERSION)
 SAM_RUN          := SAM_CLI_TELEMETRY=0 $(SAM)
 SAM_REGION       ?= us-east-1
 LAMBDA_FUNCTIONS := OrderProcessorFunction InventoryUpdaterFunction JanitorFunction
-GO_LAMBDA_BUILD   = GOOS=linux GOARCH=arm64 CGO_ENABLED=0 $(GO) build -tags lambda.norpc -trimpath -ldflags '-s -w'
+# -w drops DWARF; the symbol table stays, so govulncheck -mode binary (and AWS Inspector) can tell
+# which vulnerable symbols a bootstrap really contains (a stripped one reports whole modules).
+GO_LAMBDA_BUILD   = GOOS=linux GOARCH=arm64 CGO_ENABLED=0 $(GO) build -tags lambda.norpc -trimpath -ldflags '-w'
 # Where build-<LogicalId> puts bootstrap when run by hand (sam build sets ARTIFACTS_DIR).
 ARTIFACTS_DIR    ?= $(CURDIR)/bin/lambda/$(@:build-%=%)
 
@@ -169,12 +220,20 @@ build-InventoryUpdaterFunction: ## Build the inventory updater's bootstrap into 
 build-JanitorFunction: ## Build the janitor's bootstrap into $(ARTIFACTS_DIR).
 	$(GO_LAMBDA_BUILD) -o $(ARTIFACTS_DIR)/bootstrap ./functions/janitor
 
+# make invoke FN=... EVENT=... [SEED=events/seed-inventory.json] [ENV_VARS=env.json] [LOG_LEVEL=debug] [FORCE=1]
+FORCE     ?=
+ENV_VARS  ?=
+LOG_LEVEL ?=
+# SEED is shared with `make chaos` (a number there): here it counts when it names a .json file.
+INVOKE_ARGS = $(if $(filter %.json,$(SEED)),-seed '$(SEED)') $(if $(ENV_VARS),-env-vars '$(ENV_VARS)') \
+              $(if $(LOG_LEVEL),-log-level '$(LOG_LEVEL)') $(if $(filter-out 0,$(FORCE)),-force)
+
 .PHONY: invoke
-invoke: ## Run a function locally: make invoke FN=OrderProcessorFunction EVENT=events/sqs-order.json
-	@[ -n "$(FN)" ] && [ -n "$(EVENT)" ] || { echo "usage: make invoke FN=<LogicalId> EVENT=events/<file>.json"; exit 2; }
+invoke: ## Run a function locally: make invoke FN=OrderProcessorFunction EVENT=events/sqs-order.json [SEED= ENV_VARS= LOG_LEVEL= FORCE=1]
+	@[ -n "$(FN)" ] && [ -n "$(EVENT)" ] || { echo "usage: make invoke FN=<LogicalId> EVENT=events/<file>.json [SEED=events/seed-inventory.json] [ENV_VARS=env.json] [LOG_LEVEL=debug] [FORCE=1]"; exit 2; }
 	@mkdir -p $(BIN_DIR)
 	@$(GO) build -o $(BIN_DIR)/invoke ./cmd/invoke
-	@$(BIN_DIR)/invoke -fn '$(FN)' -event '$(EVENT)' # fetches and starts DynamoDB Local unless DYNAMODB_ENDPOINT is set
+	@$(BIN_DIR)/invoke -fn '$(FN)' -event '$(EVENT)' $(INVOKE_ARGS) # fetches and starts DynamoDB Local unless DYNAMODB_ENDPOINT is set
 
 .PHONY: deploy
 deploy: sam-build ## sam deploy --config-env $(ENV) (ENV=default|prod; needs AWS credentials).

@@ -43,9 +43,23 @@ func TestInvokeEndToEnd(t *testing.T) {
 	tests := []struct {
 		name     string
 		event    string
+		logLevel string
 		wantCode int
 		check    func(t *testing.T, stdout, stderr string)
 	}{
+		{
+			name:     "log level",
+			event:    `{"orderId":"ord-1002"}`,
+			logLevel: "warn",
+			check: func(t *testing.T, stdout, stderr string) {
+				var r struct {
+					Env map[string]string `json:"env"`
+				}
+				if err := json.Unmarshal([]byte(stdout), &r); err != nil || r.Env["AWS_LAMBDA_LOG_LEVEL"] != "WARN" {
+					t.Errorf("AWS_LAMBDA_LOG_LEVEL = %q (%v), want WARN", r.Env["AWS_LAMBDA_LOG_LEVEL"], err)
+				}
+			},
+		},
 		{
 			name:  "success",
 			event: `{"orderId":"ord-1001"}`,
@@ -112,7 +126,8 @@ func TestInvokeEndToEnd(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 			defer cancel()
 			var stdout, stderr bytes.Buffer
-			c := config{fn: "JanitorFunction", event: eventFile, stage: stage}
+			// The probe is not the janitor: its events are not of the janitor's triggers.
+			c := config{fn: "JanitorFunction", event: eventFile, stage: stage, force: true, logLevel: tt.logLevel}
 			code, err := invoke(ctx, c, tpl, root, "cmd/invoke/testdata/probefn", &stdout, &stderr)
 			if code != tt.wantCode {
 				t.Fatalf("exit code %d (err %v), want %d\nstdout:\n%s\nstderr:\n%s", code, err, tt.wantCode, stdout.String(), stderr.String())
@@ -144,7 +159,7 @@ func TestInvokeSetupErrors(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			var out, errOut bytes.Buffer
-			code, err := invoke(context.Background(), config{fn: tt.fn, event: tt.event, stage: "x"}, tpl, root, tt.pkg, &out, &errOut)
+			code, err := invoke(context.Background(), config{fn: tt.fn, event: tt.event, stage: "x", force: true}, tpl, root, tt.pkg, &out, &errOut)
 			if code != exitSetup || err == nil || !strings.Contains(err.Error(), tt.want) {
 				t.Errorf("code %d, err %v; want %d and an error containing %q", code, err, exitSetup, tt.want)
 			}
@@ -217,4 +232,124 @@ func randomHex(n int) string {
 	b := make([]byte, n/2)
 	_, _ = rand.Read(b)
 	return hex.EncodeToString(b)
+}
+
+// TestInvokeRefusesEventOfAnotherTrigger: the event file is checked against the function's
+// triggers in template.yaml before anything is built or started; -force skips the check.
+func TestInvokeRefusesEventOfAnotherTrigger(t *testing.T) {
+	tpl := testenv.Template(t)
+	root, err := template.FindRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ev := func(name string) string { return filepath.Join(root, "events", name) }
+	other := filepath.Join(t.TempDir(), "other-rule.json")
+	_ = os.WriteFile(other, []byte(`{"id":"e","detail-type":"StockCounted","source":"x","detail":{}}`), 0o644)
+	tests := []struct {
+		fn, event, want string
+	}{
+		{"OrderProcessorFunction", ev("eventbridge-stock-adjusted.json"), `OrderProcessorFunction is triggered by Orders (SQS); the event is an EventBridge event (detail-type "StockAdjusted"`},
+		{"OrderProcessorFunction", ev("dynamodb-ttl-remove.json"), "the event is a DynamoDB stream batch of 1 record"},
+		{"InventoryUpdaterFunction", ev("sqs-order.json"), "InventoryUpdaterFunction is triggered by StockAdjusted (EventBridgeRule); the event is an SQS batch"},
+		{"InventoryUpdaterFunction", other, `the event is an EventBridge event (detail-type "StockCounted"`},
+		{"JanitorFunction", ev("sqs-order.json"), "JanitorFunction is triggered by LockTableTTLDeletions (DynamoDB), Sweep (Schedule); the event is an SQS batch"},
+		{"JanitorFunction", ev("eventbridge-stock-adjusted.json"), "none of them delivers (check EVENT, or FORCE=1 / -force"},
+	}
+	for _, tt := range tests {
+		var out, errOut bytes.Buffer
+		code, err := invoke(context.Background(), config{fn: tt.fn, event: tt.event, stage: "x"}, tpl, root, "", &out, &errOut)
+		if code != exitSetup || err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("%s %s: code %d, err %v; want a refusal containing %q", tt.fn, filepath.Base(tt.event), code, err, tt.want)
+		}
+	}
+	// Every event file of the repository passes for the function it was made for.
+	for fn, files := range map[string][]string{
+		"OrderProcessorFunction":   {"sqs-order.json", "sqs-order-batch.json", "sqs-order-duplicate.json", "sqs-order-malformed.json"},
+		"InventoryUpdaterFunction": {"eventbridge-stock-adjusted.json", "eventbridge-stock-adjusted-malformed.json"},
+		"JanitorFunction":          {"dynamodb-ttl-remove.json", "dynamodb-user-remove.json", "scheduled-sweep.json"},
+	} {
+		f, err := stack.LookupFunction(tpl, fn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, name := range files {
+			b, err := os.ReadFile(ev(name))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := checkEvent(f, b); err != nil {
+				t.Errorf("%s %s: %v", fn, name, err)
+			}
+		}
+	}
+}
+
+func TestSuggestFunction(t *testing.T) {
+	tpl := testenv.Template(t)
+	for name, want := range map[string]string{
+		"OrderProcesorFunction": "did you mean OrderProcessorFunction?",
+		"orderprocessor":        "did you mean OrderProcessorFunction?",
+		"Janitor":               "did you mean JanitorFunction?",
+		"InventoryUpdater":      "did you mean InventoryUpdaterFunction?",
+		"Zebra":                 "(functions: InventoryUpdaterFunction, JanitorFunction, OrderProcessorFunction)",
+	} {
+		var out, errOut bytes.Buffer
+		_, err := invoke(context.Background(), config{fn: name, event: filepath.Join("..", "..", "events", "sqs-order.json"), stage: "x"}, tpl, ".", "", &out, &errOut)
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: %v; want %q", name, err, want)
+		}
+	}
+}
+
+func TestLoadEnvVars(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "env.json")
+	_ = os.WriteFile(path, []byte(`{"Parameters":{"STAGE":"p","OTHER":"x"},"JanitorFunction":{"SWEEP_MIN_AGE_SECONDS":60,"STAGE":"j","NOPE":"n"},"OrderProcessorFunction":{"STAGE":"o"}}`), 0o644)
+	set, ignored, err := loadEnvVars(path, "JanitorFunction", map[string]string{"STAGE": "local", "SWEEP_MIN_AGE_SECONDS": "3600"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if set["STAGE"] != "j" || set["SWEEP_MIN_AGE_SECONDS"] != "60" || len(set) != 2 {
+		t.Errorf("set = %v", set)
+	}
+	if strings.Join(ignored, ",") != "Parameters.OTHER,JanitorFunction.NOPE" {
+		t.Errorf("ignored = %v", ignored)
+	}
+	_ = os.WriteFile(path, []byte(`{"JanitorFunction":{"STAGE":{"x":1}}}`), 0o644)
+	if _, _, err := loadEnvVars(path, "JanitorFunction", map[string]string{"STAGE": ""}); err == nil || !strings.Contains(err.Error(), "JanitorFunction.STAGE: must be a string") {
+		t.Errorf("bad value: %v", err)
+	}
+}
+
+// TestInvokeSeedEnvVarsAndLogLevel runs the real order processor on events/sqs-order.json
+// after seeding events/seed-inventory.json: the order is RESERVED (without the seed it is
+// REJECTED for lack of stock). ENV_VARS overrides declared variables only; the response is
+// followed by a newline. (LOG_LEVEL: TestInvokeEndToEnd/log_level.)
+func TestInvokeSeedEnvVarsAndLogLevel(t *testing.T) {
+	tpl := testenv.Template(t)
+	root, err := template.FindRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stage := "t" + randomHex(6)
+	t.Cleanup(func() { deleteTables(t, tpl, stage) })
+	envFile := filepath.Join(t.TempDir(), "env.json")
+	_ = os.WriteFile(envFile, []byte(`{"OrderProcessorFunction":{"INVENTORY_TABLE":"turnstile-`+stage+`-inventory","UNDECLARED":"x"}}`), 0o644)
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	var stdout, stderr bytes.Buffer
+	c := config{fn: "OrderProcessorFunction", event: filepath.Join(root, "events", "sqs-order.json"), stage: stage,
+		seed: filepath.Join(root, "events", "seed-inventory.json"), envVars: envFile}
+	code, err := invoke(ctx, c, tpl, root, "", &stdout, &stderr)
+	if code != 0 {
+		t.Fatalf("exit code %d (err %v)\nstdout:\n%s\nstderr:\n%s", code, err, stdout.String(), stderr.String())
+	}
+	if got := stdout.String(); got != `{"batchItemFailures":[]}`+"\n" {
+		t.Errorf("stdout = %q, want the response and a trailing newline", got)
+	}
+	for _, s := range []string{"invoke: seeded MUG-RED-350: 40 available", `"status":"RESERVED"`,
+		"env-vars: OrderProcessorFunction.UNDECLARED ignored"} {
+		if !strings.Contains(stderr.String(), s) {
+			t.Errorf("stderr lacks %q:\n%s", s, stderr.String())
+		}
+	}
 }

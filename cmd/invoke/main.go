@@ -17,8 +17,14 @@
 // document is printed on stdout, as sam local invoke does), 2 when the run could not be set
 // up.
 //
-// With a fresh engine the tables start empty and vanish afterwards; start one with
-// `make engine` and export DYNAMODB_ENDPOINT to keep state between invocations.
+// Before anything runs, the event is checked against the function's triggers in
+// template.yaml (an EventBridge event to the SQS-triggered order processor is refused, and
+// an EventBridge event the rule's pattern does not match); -force skips the check.
+// -env-vars takes sam local invoke's --env-vars file, -log-level overrides the template's
+// log level, and -seed sets stock from a seed file (events/seed-inventory.json) first.
+//
+// With a fresh engine the tables start empty and vanish afterwards (use -seed); start one
+// with `make engine` and export DYNAMODB_ENDPOINT to keep state between invocations.
 package main
 
 import (
@@ -33,6 +39,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"time"
 
@@ -57,6 +64,10 @@ type config struct {
 	fn, event, stage string
 	timeout          time.Duration
 	quiet            bool
+	force            bool   // invoke even if the event is not of the function's trigger types
+	envVars          string // sam local invoke --env-vars file
+	logLevel         string // overrides the template's LoggingConfig.ApplicationLogLevel
+	seed             string // seed file (events/seed-inventory.json) applied before invoking
 }
 
 func main() {
@@ -66,6 +77,10 @@ func main() {
 	flag.StringVar(&c.stage, "stage", "local", "value of the Stage parameter (names the local tables and queues)")
 	flag.DurationVar(&c.timeout, "timeout", 0, "function timeout (default: the template's)")
 	flag.BoolVar(&c.quiet, "quiet", false, "do not stream the function's logs to stderr")
+	flag.BoolVar(&c.force, "force", false, "invoke even if the event is not one the function's triggers in template.yaml deliver")
+	flag.StringVar(&c.envVars, "env-vars", "", `JSON file of environment overrides, as for sam local invoke: {"FunctionLogicalId": {"VAR": "value"}, "Parameters": {...}}`)
+	flag.StringVar(&c.logLevel, "log-level", "", "the function's log level: DEBUG, INFO, WARN or ERROR (default: the template's)")
+	flag.StringVar(&c.seed, "seed", "", `seed file applied to the tables before invoking, e.g. events/seed-inventory.json ({"inventory": [{"sku": ..., "available": n}]})`)
 	flag.Usage = func() {
 		fmt.Fprintf(flag.CommandLine.Output(), "usage: invoke -fn <LogicalId> -event <file.json> [flags]\n")
 		flag.PrintDefaults()
@@ -105,7 +120,24 @@ func invoke(ctx context.Context, c config, tpl *template.Template, root, pkg str
 	}
 	fn, err := stack.LookupFunction(tpl, c.fn)
 	if err != nil {
+		if _, exists := tpl.Resources[c.fn]; !exists {
+			err = fmt.Errorf("%w%s", err, suggestFunction(tpl, c.fn))
+		}
 		return exitSetup, err
+	}
+	if !c.force {
+		if err := checkEvent(fn, event); err != nil {
+			return exitSetup, err
+		}
+	}
+	logLevel := ""
+	if c.logLevel != "" {
+		switch l := strings.ToUpper(c.logLevel); l {
+		case "TRACE", "DEBUG", "INFO", "WARN", "ERROR", "FATAL":
+			logLevel = l
+		default:
+			return exitSetup, fmt.Errorf("log level %q: want DEBUG, INFO, WARN or ERROR", c.logLevel)
+		}
 	}
 	if pkg == "" {
 		pkg = fn.SourceDir()
@@ -169,6 +201,23 @@ func invoke(ctx context.Context, c config, tpl *template.Template, root, pkg str
 	if err != nil {
 		return exitSetup, err
 	}
+	if c.envVars != "" {
+		set, ignored, err := loadEnvVars(c.envVars, c.fn, env)
+		if err != nil {
+			return exitSetup, err
+		}
+		for k, v := range set {
+			env[k] = v
+		}
+		for _, k := range ignored {
+			fmt.Fprintf(stderr, "invoke: env-vars: %s ignored: %s declares no such variable (as with sam local invoke)\n", k, c.fn)
+		}
+	}
+	if c.seed != "" {
+		if err := seed(ctx, c.seed, endpoint, vals, stderr); err != nil {
+			return exitSetup, err
+		}
+	}
 	opts := lambdarun.Options{
 		Binary:       bin,
 		Event:        event,
@@ -190,6 +239,9 @@ func invoke(ctx context.Context, c config, tpl *template.Template, root, pkg str
 		if opts.LogLevel, err = vals.Resolve(lc["ApplicationLogLevel"]); err != nil {
 			return exitSetup, fmt.Errorf("%s: LoggingConfig.ApplicationLogLevel: %w", c.fn, err)
 		}
+	}
+	if logLevel != "" {
+		opts.LogLevel = logLevel
 	}
 	if c.timeout > 0 {
 		opts.Timeout = c.timeout

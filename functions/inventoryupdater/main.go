@@ -27,5 +27,5 @@ func main() {
 		log.Error("inventoryupdater: configuration", "error", err)
 		os.Exit(1)
 	}
-	lambda.Start(handler.New(svc, handler.WithLogger(log)).Handle)
+	lambda.Start(handler.New(svc, handler.WithLogger(log)).HandleJSON)
 }

@@ -397,16 +397,25 @@ func (s *shopRun) verify(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
+		// A rejected adjustment's marker records the rejection (outcome REJECTED).
+		rejected := false
 		if out.Item != nil {
-			markers[skuIndex[m.adj.SKU]] += m.adj.Delta
+			if o, ok := out.Item["outcome"].(*types.AttributeValueMemberS); ok && o.Value == shop.OutcomeRejected {
+				rejected = true
+			} else {
+				markers[skuIndex[m.adj.SKU]] += m.adj.Delta
+			}
 		}
 		switch {
 		case !m.acked:
 			res.Lost++
 			finding("adjustment %s never succeeded (%d deliveries)", m.id, m.attempts)
-		case m.outcome == "applied" && out.Item == nil:
+		case m.outcome == "applied" && (out.Item == nil || rejected):
 			res.Lost++
-			finding("adjustment %s acknowledged but not applied (no marker)", m.id)
+			finding("adjustment %s acknowledged as applied but not applied (marker %v)", m.id, out.Item != nil)
+		case m.outcome == "rejected" && !rejected:
+			res.Lost++
+			finding("adjustment %s acknowledged as rejected but no rejection is recorded", m.id)
 		}
 	}
 	for i := range shopSKUs {

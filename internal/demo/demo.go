@@ -866,7 +866,7 @@ func (d *demo) fill(r *Report, tr, br *runResult) {
 	}
 	r.Adjustments = AdjStats{
 		Events: len(d.w.adjustments), Duplicates: countAdj(d.w.adjustments),
-		Applied: o.adjustmentsApplied, DeadLettered: int(tr.inv.deadLettered.Load()), DeadLetterCauses: tr.inv.dlq,
+		Applied: o.adjustmentsApplied, Rejected: o.adjustmentsRejected, DeadLettered: int(tr.inv.deadLettered.Load()), DeadLetterCauses: tr.inv.dlq,
 		Invocations: int(tr.inv.invocations.Load()),
 	}
 	r.TTLDeletions = TTLStats{

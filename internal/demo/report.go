@@ -101,6 +101,7 @@ type AdjStats struct {
 	Events           int            `json:"events"`
 	Duplicates       int            `json:"duplicate_deliveries"`
 	Applied          int            `json:"applied"`
+	Rejected         int            `json:"rejected"` // recorded rejections, not retried
 	DeadLettered     int            `json:"dead_lettered"`
 	DeadLetterCauses map[string]int `json:"dead_letter_causes"`
 	Invocations      int            `json:"invocations"`
@@ -213,8 +214,8 @@ func (r *Report) WriteText(w io.Writer) {
 			r.DecisionsConfirmedByReread)
 		p("                       the service re-read the order, found its own decision and did not apply it twice")
 	}
-	p("  StockAdjusted        %d events (%d delivered twice), %d applied, %d to the DLQ%s",
-		r.Adjustments.Events, r.Adjustments.Duplicates, r.Adjustments.Applied, r.Adjustments.DeadLettered,
+	p("  StockAdjusted        %d events (%d delivered twice), %d applied, %d rejected (recorded, not retried), %d to the DLQ%s",
+		r.Adjustments.Events, r.Adjustments.Duplicates, r.Adjustments.Applied, r.Adjustments.Rejected, r.Adjustments.DeadLettered,
 		causes(r.Adjustments.DeadLetterCauses))
 	if len(r.Baseline.Violations) > 0 {
 		p("")

@@ -9,6 +9,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/turnstile-locks/turnstile/internal/shop"
 )
 
 // finalState is what a run left in its tables, read back with strongly consistent scans.
@@ -16,6 +18,9 @@ type finalState struct {
 	status  map[string]string // order id -> status ("" when the item has none)
 	stock   map[string]stockRow
 	markers map[string][]int // SKU -> deltas of the applied-adjustment markers
+	// rejectedAdjustments counts the markers of rejected adjustments (outcome REJECTED:
+	// the service records a rejection instead of failing the event for retries).
+	rejectedAdjustments int
 }
 
 type stockRow struct {
@@ -59,6 +64,8 @@ func readFinalState(ctx context.Context, db *dynamodb.Client, orders, inventory 
 		switch {
 		case sk == "STOCK":
 			fs.stock[sku] = stockRow{available: nAttr(it, "available"), reserved: nAttr(it, "reserved"), ver: nAttr(it, "ver")}
+		case strings.HasPrefix(sk, "ADJ#") && sAttr(it, "outcome") == shop.OutcomeRejected:
+			fs.rejectedAdjustments++
 		case strings.HasPrefix(sk, "ADJ#"):
 			fs.markers[sku] = append(fs.markers[sku], int(nAttr(it, "delta")))
 		}
@@ -78,6 +85,7 @@ type outcome struct {
 	residualUnits                        int // Σ|stock - replay of acknowledged updates|
 	negative                             []string
 	adjustmentsApplied                   int
+	adjustmentsRejected                  int // recorded rejections (stock would go negative)
 	skus                                 []skuOutcome
 	violations                           []string
 }
@@ -153,6 +161,7 @@ func measure(w *workload, fs *finalState, aud *audit, versioned bool) *outcome {
 			}
 		}
 	}
+	o.adjustmentsRejected = fs.rejectedAdjustments
 	var skuViolations []string
 	skus := w.skus()
 	sort.Strings(skus)

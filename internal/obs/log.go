@@ -6,7 +6,9 @@ package obs
 
 import (
 	"context"
+	"encoding/json"
 	"io"
+	"log"
 	"log/slog"
 	"os"
 	"strings"
@@ -45,10 +47,54 @@ func Logger() *slog.Logger {
 
 // Setup makes Logger the default slog logger (and so the destination of the standard log
 // package too) and returns it. Call it first thing in main.
+//
+// The standard log package's lines go to the logger at INFO, except one: aws-lambda-go
+// prints the error document of every failed invocation ({"errorMessage":...,
+// "errorType":...}) before reporting it. The handlers log each failure themselves, at
+// ERROR or WARN with its fields, so that copy goes to DEBUG: each failure is logged once.
 func Setup() *slog.Logger {
 	l := Logger()
 	slog.SetDefault(l)
+	log.SetFlags(0)
+	log.SetOutput(StdLogWriter(l))
 	return l
+}
+
+// StdLogWriter returns the writer Setup gives the standard log package: each line goes to
+// l at INFO, a Lambda runtime error report at DEBUG ("runtime error report").
+func StdLogWriter(l *slog.Logger) io.Writer { return stdLogWriter{l} }
+
+type stdLogWriter struct{ l *slog.Logger }
+
+func (w stdLogWriter) Write(p []byte) (int, error) {
+	line := strings.TrimSuffix(string(p), "\n")
+	if isRuntimeErrorReport(line) {
+		w.l.Debug("runtime error report", "payload", json.RawMessage(line))
+	} else {
+		w.l.Info(line)
+	}
+	return len(p), nil
+}
+
+// isRuntimeErrorReport reports whether line is the error document aws-lambda-go logs for
+// a failed invocation: a JSON object with errorMessage and errorType and nothing else but
+// stackTrace.
+func isRuntimeErrorReport(line string) bool {
+	if !strings.HasPrefix(line, "{") || !json.Valid([]byte(line)) {
+		return false
+	}
+	var doc map[string]json.RawMessage
+	if json.Unmarshal([]byte(line), &doc) != nil {
+		return false
+	}
+	_, msg := doc["errorMessage"]
+	_, typ := doc["errorType"]
+	for k := range doc {
+		if k != "errorMessage" && k != "errorType" && k != "stackTrace" {
+			return false
+		}
+	}
+	return msg && typ
 }
 
 // NewHandler returns a JSON slog handler writing to w that produces the same records as

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"log"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -310,5 +311,30 @@ func TestEndpointOverrideRefusedInsideLambdaUnlessLoopback(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// TestStdLogWriterDemotesRuntimeErrorReport: aws-lambda-go logs the error document of a
+// failed invocation with the standard log package; the handler already logged the failure,
+// so that copy goes to DEBUG (each failure logged once at INFO and above). Other standard
+// log lines stay at INFO.
+func TestStdLogWriterDemotesRuntimeErrorReport(t *testing.T) {
+	var buf bytes.Buffer
+	l := slog.New(NewHandler(&buf, slog.LevelInfo))
+	std := log.New(StdLogWriter(l), "", 0)
+	std.Printf("%s", `{"errorMessage":"inventoryupdater: event e1: detail.delta: is required","errorType":"InvalidEventError"}`)
+	if buf.Len() != 0 {
+		t.Errorf("runtime error report logged at INFO: %s", buf.String())
+	}
+	std.Printf("something else from a library")
+	std.Printf("%s", `{"errorMessage":"x","errorType":"y","extra":1}`)
+	if got := strings.Count(buf.String(), `"level":"INFO"`); got != 2 {
+		t.Errorf("want 2 INFO lines, got:\n%s", buf.String())
+	}
+	buf.Reset()
+	l = slog.New(NewHandler(&buf, slog.LevelDebug))
+	log.New(StdLogWriter(l), "", 0).Printf("%s", `{"errorMessage":"m","errorType":"InvalidEventError","stackTrace":[]}`)
+	if !strings.Contains(buf.String(), `"level":"DEBUG","message":"runtime error report","payload":{"errorMessage":"m"`) {
+		t.Errorf("at DEBUG: %s", buf.String())
 	}
 }

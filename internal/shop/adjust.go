@@ -18,10 +18,15 @@ import (
 //
 // It takes the SKU's lock ("sku#<sku>", the lock order reservations take, so the two
 // never interleave), then:
-//   - if the marker ADJ#<adjustmentId> exists, the adjustment was applied before: it
-//     returns applied=false and no error (a duplicate delivery);
-//   - if available+delta would be negative, it returns an error matching
-//     ErrInsufficientStock naming the SKU, the stock and the delta; nothing changes;
+//   - if the marker ADJ#<adjustmentId> exists, the adjustment was decided before: a
+//     duplicate delivery. It returns applied=false and no error when it was applied, and
+//     an error matching ErrInsufficientStock when it was rejected (the first decision
+//     stands, even if stock arrived since);
+//   - if available+delta would be negative, it records the rejection — the marker with
+//     outcome REJECTED, the requested delta and the stock it saw, in one transaction
+//     guarded by the lease — and returns an error matching ErrInsufficientStock naming
+//     the SKU, the stock and the delta; the stock does not change. The rejection is
+//     permanent: retrying the event gives the same answer without re-deciding it;
 //   - otherwise one TransactWriteItems updates the stock record (conditioned on the
 //     result staying non-negative and on the lock's fencing token), puts the marker
 //     (conditioned on its absence; it expires after AdjustmentMarkerRetention) and
@@ -76,6 +81,11 @@ func (s *Service) ApplyAdjustment(ctx context.Context, a Adjustment) (applied bo
 	if marker.Item != nil {
 		done()
 		s.count(ctx, MetricAdjustmentsDuplicate)
+		if getS(marker.Item, attrOutcome) == OutcomeRejected {
+			seen, _ := getN(marker.Item, attrAvailable)
+			return false, fmt.Errorf("%w: %s: rejected before (%s had %d available, delta %d); the decision stands",
+				ErrInsufficientStock, what, a.SKU, seen, a.Delta)
+		}
 		return false, nil
 	}
 	st, err := s.readStock(ctx, a.SKU)
@@ -84,10 +94,9 @@ func (s *Service) ApplyAdjustment(ctx context.Context, a Adjustment) (applied bo
 		return false, err
 	}
 	if st.available+int64(a.Delta) < 0 {
+		err := s.recordRejection(ctx, a, what, st.available, mu, l)
 		done()
-		s.count(ctx, MetricAdjustmentsRejected)
-		return false, fmt.Errorf("%w: %s: %s has %d available, delta %d would leave %d",
-			ErrInsufficientStock, what, a.SKU, st.available, a.Delta, st.available+int64(a.Delta))
+		return false, err
 	}
 
 	token := l.Token()
@@ -130,6 +139,44 @@ func (s *Service) ApplyAdjustment(ctx context.Context, a Adjustment) (applied bo
 		return false, fmt.Errorf("shop: %s: the lease was lost before the write (%w): %w", what, lockcore.ErrLeaseLost, err)
 	}
 	return false, fmt.Errorf("shop: %s: %w", what, err)
+}
+
+// recordRejection writes the REJECTED marker of an adjustment that would make the stock
+// negative, guarded by the SKU lease l, and returns the rejection (matching
+// ErrInsufficientStock), or the error that kept it from being recorded (retryable).
+func (s *Service) recordRejection(ctx context.Context, a Adjustment, what string, available int64, mu *lockcore.Mutex, l *lockcore.Lease) error {
+	now := s.now()
+	mk := markerKey(a.SKU, a.AdjustmentID)
+	mk["adjustmentId"] = str(a.AdjustmentID)
+	mk[attrOutcome] = str(OutcomeRejected)
+	mk[attrRequestedDelta] = num(int64(a.Delta)) // not "delta": nothing was applied
+	mk[attrAvailable] = num(available)
+	mk[attrReason] = str(a.Reason)
+	mk["rejectedAt"] = num(now.UnixMilli())
+	mk[attrExpiresAt] = num(now.Add(AdjustmentMarkerRetention).Unix())
+	rejection := fmt.Errorf("%w: %s: %s has %d available, delta %d would leave %d",
+		ErrInsufficientStock, what, a.SKU, available, a.Delta, available+int64(a.Delta))
+	guard, err := mu.GuardCheck(l)
+	if err != nil {
+		return err
+	}
+	res, err := s.transact(ctx, []types.TransactWriteItem{
+		buildPut(s.t.Inventory, mk, expression.AttributeNotExists(name(attrPK))),
+		guard,
+	})
+	switch {
+	case err == nil:
+		s.count(ctx, MetricAdjustmentsRejected)
+		return rejection
+	case res.failed == 0:
+		// The marker exists: an earlier, ambiguous attempt of ours recorded it.
+		s.count(ctx, MetricAdjustmentsRejected)
+		return rejection
+	case res.failed > 0:
+		s.count(ctx, MetricLeaseLost)
+		return fmt.Errorf("shop: %s: the lease was lost before the rejection was recorded (%w): %w", what, lockcore.ErrLeaseLost, err)
+	}
+	return fmt.Errorf("shop: %s: record rejection: %w", what, err)
 }
 
 // SeedStock sets the available stock of sku (keeping what is reserved), under the SKU's

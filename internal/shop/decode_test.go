@@ -34,8 +34,10 @@ func TestDecodeOrder(t *testing.T) {
 		{"control char", `{"orderId":"a\u0000b","customerId":"c","lines":[{"sku":"A","qty":1}]}`, shop.Order{}, "orderId", "control"},
 		{"numeric orderId", `{"orderId":7,"customerId":"c","lines":[{"sku":"A","qty":1}]}`, shop.Order{}, "orderId", "must be a string, got number"},
 		{"missing customer", `{"orderId":"o","lines":[{"sku":"A","qty":1}]}`, shop.Order{}, "customerId", "is required"},
-		{"unknown field", `{"orderId":"o","customerId":"c","lines":[{"sku":"A","qty":1}],"coupon":"X"}`, shop.Order{}, "coupon", "unknown field"},
-		{"unknown line field", `{"orderId":"o","customerId":"c","lines":[{"sku":"A","quantity":1}]}`, shop.Order{}, "lines[0].quantity", "unknown field"},
+		{"unknown field ignored", `{"orderId":"o","customerId":"c","lines":[{"sku":"A","qty":1}],"coupon":"X"}`,
+			shop.Order{OrderID: "o", CustomerID: "c", Lines: []shop.Line{{SKU: "A", Qty: 1}}}, "", ""},
+		{"misspelt qty is still missing", `{"orderId":"o","customerId":"c","lines":[{"sku":"A","quantity":1}]}`, shop.Order{}, "lines[0].qty", "is required"},
+		{"unknown field does not hide a wrong type", `{"orderId":"o","customerId":"c","lines":[{"sku":"A","qty":"1"}],"coupon":"X"}`, shop.Order{}, "lines[0].qty", "must be an integer"},
 		{"no lines", `{"orderId":"o","customerId":"c"}`, shop.Order{}, "lines", "is required"},
 		{"empty lines", `{"orderId":"o","customerId":"c","lines":[]}`, shop.Order{}, "lines", "at least one"},
 		{"lines not array", `{"orderId":"o","customerId":"c","lines":{}}`, shop.Order{}, "lines", "must be an array"},
@@ -90,7 +92,8 @@ func TestDecodeAdjustment(t *testing.T) {
 		{"missing delta", `{"adjustmentId":"a","sku":"A"}`, shop.Adjustment{}, "delta", "is required"},
 		{"missing sku", `{"adjustmentId":"a","delta":1}`, shop.Adjustment{}, "sku", "is required"},
 		{"missing id", `{"sku":"A","delta":1}`, shop.Adjustment{}, "adjustmentId", "is required"},
-		{"unknown field", `{"adjustmentId":"a","sku":"A","delta":1,"warehouse":"x"}`, shop.Adjustment{}, "warehouse", "unknown field"},
+		{"unknown field ignored", `{"adjustmentId":"a","sku":"A","delta":1,"warehouse":{"id":7}}`, shop.Adjustment{AdjustmentID: "a", SKU: "A", Delta: 1}, "", ""},
+		{"unknown field does not hide a bad value", `{"adjustmentId":"a","sku":"A","delta":0,"warehouse":"x"}`, shop.Adjustment{}, "delta", "must not be 0"},
 		{"reason control", `{"adjustmentId":"a","sku":"A","delta":1,"reason":"a\nb"}`, shop.Adjustment{}, "reason", "control"},
 		{"reason too long", `{"adjustmentId":"a","sku":"A","delta":1,"reason":"` + strings.Repeat("r", 257) + `"}`, shop.Adjustment{}, "reason", "at most 256"},
 	}
@@ -111,6 +114,33 @@ func TestDecodeAdjustment(t *testing.T) {
 	}
 }
 
+// TestDecodeReportsIgnoredFields: forward compatibility — fields a newer producer adds are
+// accepted, and reported by JSON path so that the handler can log them.
+func TestDecodeReportsIgnoredFields(t *testing.T) {
+	o, ignored, err := shop.DecodeOrderFields([]byte(`{"orderId":"o","customerId":"c","channel":"web",` +
+		`"lines":[{"sku":"A","qty":1},{"sku":"B","qty":2,"giftWrap":true,"note":{"x":[1]}}],"Coupon":null}`))
+	if err != nil || len(o.Lines) != 2 {
+		t.Fatalf("DecodeOrderFields: %+v, %v", o, err)
+	}
+	if want := []string{"Coupon", "channel", "lines[1].giftWrap", "lines[1].note"}; !reflect.DeepEqual(ignored, want) {
+		t.Errorf("ignored = %q, want %q", ignored, want)
+	}
+	// encoding/json matches names without regard to case: "OrderID" is orderId, not ignored.
+	if _, ignored, err := shop.DecodeOrderFields([]byte(`{"OrderID":"o","customerId":"c","lines":[{"SKU":"A","qty":1}]}`)); err != nil || len(ignored) != 0 {
+		t.Errorf("case-insensitive names: ignored %q, err %v", ignored, err)
+	}
+	a, ignored, err := shop.DecodeAdjustmentFields([]byte(`{"adjustmentId":"a","sku":"A","delta":-1,"warehouse":"w1","source":{"system":"wms"}}`))
+	if err != nil || a.Delta != -1 {
+		t.Fatalf("DecodeAdjustmentFields: %+v, %v", a, err)
+	}
+	if want := []string{"source", "warehouse"}; !reflect.DeepEqual(ignored, want) {
+		t.Errorf("ignored = %q, want %q", ignored, want)
+	}
+	if _, ignored, err := shop.DecodeAdjustmentFields([]byte(`{"adjustmentId":"a","sku":"A","delta":1}`)); err != nil || ignored != nil {
+		t.Errorf("no unknown fields: ignored %q, err %v", ignored, err)
+	}
+}
+
 // FuzzDecodeOrder: DecodeOrder never panics; it accepts exactly what re-validates, and
 // every rejection is a *FieldError.
 func FuzzDecodeOrder(f *testing.F) {
@@ -121,12 +151,20 @@ func FuzzDecodeOrder(f *testing.F) {
 		`{"orderId":"o","customerId":"c","lines":[{"sku":"A","qty":1},{"sku":"A","qty":1}]}`,
 		`{"orderId":"o","customerId":"c","lines":[{"sku":"A","qty":1e400}]}`,
 		`{"orderId":"\ud800","customerId":"c","lines":null}`,
+		`{"orderId":"o","customerId":"c","lines":[{"sku":"A","qty":1,"extra":[{}]}],"v2":{"a":1}}`,
 		``, `null`, `[]`, `{}`, `{"lines":[[]]}`,
 	} {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, body []byte) {
-		o, err := shop.DecodeOrder(body)
+		o, ignored, err := shop.DecodeOrderFields(body)
+		for _, p := range ignored {
+			for _, k := range []string{"orderId", "customerId", "lines"} {
+				if strings.EqualFold(p, k) {
+					t.Fatalf("known field %q reported as ignored (%q)", p, ignored)
+				}
+			}
+		}
 		if err != nil {
 			var fe *shop.FieldError
 			if !errors.As(err, &fe) || !errors.Is(err, shop.ErrInvalid) {
@@ -152,6 +190,7 @@ func FuzzDecodeAdjustment(f *testing.F) {
 		`{"adjustmentId":"adj-20251120-0002","delta":"twelve","reason":"cycle count"}`,
 		`{"adjustmentId":"a","sku":"A","delta":-9223372036854775808}`,
 		`{"adjustmentId":"a","sku":"A","delta":1,"reason":null}`,
+		`{"adjustmentId":"a","sku":"A","delta":1,"warehouse":"w","v":[1,{"x":null}]}`,
 		``, `{`, `{"sku":{}}`,
 	} {
 		f.Add([]byte(s))

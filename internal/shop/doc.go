@@ -7,7 +7,9 @@
 //	OrdersTable     orderId                  the order: customerId, lines, status, reason,
 //	                                         and the locking-read attributes while locked
 //	InventoryTable  pk "SKU#<sku>", sk "STOCK"        available, reserved, fence
-//	                pk "SKU#<sku>", sk "ADJ#<id>"     applied-adjustment marker (TTL expiresAt)
+//	                pk "SKU#<sku>", sk "ADJ#<id>"     adjustment marker (TTL expiresAt): delta when
+//	                                                  applied; outcome REJECTED, requestedDelta
+//	                                                  and the available stock seen when rejected
 //	LockTable       pk "sku#<sku>", sk "lock"          lockcore Mutex rows; data = order id
 //
 // An order is locked with a locking read on its own item (lockcore.ItemLocker); its SKUs

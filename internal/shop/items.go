@@ -43,7 +43,16 @@ const (
 	attrReserved   = "reserved"
 	attrFence      = "fence" // highest SKU-lock fencing token that wrote the stock record
 	attrExpiresAt  = "expiresAt"
+	// attrOutcome of an ADJ# marker: absent (applied; markers written before rejections
+	// were recorded) or OutcomeRejected.
+	attrOutcome        = "outcome"
+	attrRequestedDelta = "requestedDelta"
 )
+
+// OutcomeRejected is the outcome attribute of the ADJ# marker of a rejected adjustment.
+// Applied adjustments' markers carry their delta and no outcome; rejected ones carry
+// requestedDelta (and no delta), so summing the delta of markers sums what was applied.
+const OutcomeRejected = "REJECTED"
 
 // SKULockKey returns the lock-table key of sku's lock.
 func SKULockKey(sku string) string { return SKULockPrefix + sku }

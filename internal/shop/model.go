@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"reflect"
+	"slices"
 	"strings"
 	"unicode"
 	"unicode/utf8"
@@ -69,27 +70,48 @@ func fieldErr(field, format string, args ...any) *FieldError {
 	return &FieldError{Field: field, Reason: fmt.Sprintf(format, args...)}
 }
 
-// DecodeOrder parses and validates an orders-queue message body.
+// DecodeOrder parses and validates an orders-queue message body; it is DecodeOrderFields
+// without the list of ignored fields.
+func DecodeOrder(body []byte) (Order, error) {
+	o, _, err := DecodeOrderFields(body)
+	return o, err
+}
+
+// DecodeOrderFields parses and validates an orders-queue message body and also returns the
+// JSON paths of the fields it ignored (e.g. "coupon", "lines[1].giftWrap").
 //
-// The decoding is strict: the body must be one JSON object (nothing after it), unknown
-// fields are rejected (a misspelt "quantity" must not silently become qty 0), and every
-// field is required and checked:
+// The body must be one JSON object (nothing after it). Fields this version does not know
+// are accepted and ignored, so that a producer can add an optional field without sending
+// every message to the dead-letter queue; the caller logs them. Every known field is
+// required (so a misspelt "quantity" still fails: lines[i].qty is missing) and checked:
 //
 //   - orderId, customerId: 1..256 bytes of UTF-8 without control characters;
 //   - lines: 1..50 entries; each sku 1..64 characters of [A-Za-z0-9._-] and appearing at
 //     most once per order (a repeated SKU is rejected, not merged, so that the sender's
 //     mistake is visible); each qty an integer 1..10000.
 //
-// Every error is a *FieldError naming the field (matching ErrInvalid).
-func DecodeOrder(body []byte) (Order, error) {
-	var raw struct {
-		OrderID    *string           `json:"orderId"`
-		CustomerID *string           `json:"customerId"`
-		Lines      []json.RawMessage `json:"lines"`
+// Every error is a *FieldError naming the field (matching ErrInvalid); a wrong type is an
+// error too ("lines[0].qty: must be an integer in range, got string").
+func DecodeOrderFields(body []byte) (o Order, ignored []string, err error) {
+	var raw orderJSON
+	if ignored, err = objectUnmarshal("", body, &raw); err != nil {
+		return Order{}, nil, err
 	}
-	if err := strictUnmarshal(body, &raw); err != nil {
-		return Order{}, err
+	o, err = decodeOrder(&raw, &ignored)
+	if err != nil {
+		return Order{}, nil, err
 	}
+	return o, ignored, nil
+}
+
+// orderJSON is an order as sent: nil pointers are missing fields.
+type orderJSON struct {
+	OrderID    *string           `json:"orderId"`
+	CustomerID *string           `json:"customerId"`
+	Lines      []json.RawMessage `json:"lines"`
+}
+
+func decodeOrder(raw *orderJSON, ignored *[]string) (Order, error) {
 	var o Order
 	var err error
 	if o.OrderID, err = checkID("orderId", raw.OrderID); err != nil {
@@ -114,9 +136,11 @@ func DecodeOrder(body []byte) (Order, error) {
 			SKU *string `json:"sku"`
 			Qty *int    `json:"qty"`
 		}
-		if err := strictUnmarshalAt(prefix, rl, &l); err != nil {
+		more, err := objectUnmarshal(prefix, rl, &l)
+		if err != nil {
 			return Order{}, err
 		}
+		*ignored = append(*ignored, more...)
 		sku, err := checkSKU(prefix+".sku", l.SKU)
 		if err != nil {
 			return Order{}, err
@@ -136,20 +160,39 @@ func DecodeOrder(body []byte) (Order, error) {
 	return o, nil
 }
 
-// DecodeAdjustment parses and validates the detail of a StockAdjusted event, as strictly
-// as DecodeOrder: adjustmentId (1..256 bytes), sku (as in orders) and delta (a non-zero
-// integer with |delta| <= 1000000) are required; reason is optional (at most 256 bytes,
-// no control characters). Unknown fields are rejected.
+// DecodeAdjustment parses and validates the detail of a StockAdjusted event; it is
+// DecodeAdjustmentFields without the list of ignored fields.
 func DecodeAdjustment(detail []byte) (Adjustment, error) {
-	var raw struct {
-		AdjustmentID *string `json:"adjustmentId"`
-		SKU          *string `json:"sku"`
-		Delta        *int    `json:"delta"`
-		Reason       *string `json:"reason"`
+	a, _, err := DecodeAdjustmentFields(detail)
+	return a, err
+}
+
+// DecodeAdjustmentFields parses and validates the detail of a StockAdjusted event as
+// DecodeOrderFields does an order: adjustmentId (1..256 bytes), sku (as in orders) and
+// delta (a non-zero integer with |delta| <= 1000000) are required; reason is optional (at
+// most 256 bytes, no control characters). Unknown fields are accepted and returned in
+// ignored; wrong types, missing required fields and bad values are *FieldErrors.
+func DecodeAdjustmentFields(detail []byte) (a Adjustment, ignored []string, err error) {
+	var raw adjustmentJSON
+	if ignored, err = objectUnmarshal("", detail, &raw); err != nil {
+		return Adjustment{}, nil, err
 	}
-	if err := strictUnmarshal(detail, &raw); err != nil {
-		return Adjustment{}, err
+	a, err = decodeAdjustment(&raw)
+	if err != nil {
+		return Adjustment{}, nil, err
 	}
+	return a, ignored, nil
+}
+
+// adjustmentJSON is an adjustment as sent: nil pointers are missing fields.
+type adjustmentJSON struct {
+	AdjustmentID *string `json:"adjustmentId"`
+	SKU          *string `json:"sku"`
+	Delta        *int    `json:"delta"`
+	Reason       *string `json:"reason"`
+}
+
+func decodeAdjustment(raw *adjustmentJSON) (Adjustment, error) {
 	var a Adjustment
 	var err error
 	if a.AdjustmentID, err = checkID("adjustmentId", raw.AdjustmentID); err != nil {
@@ -197,31 +240,61 @@ func (a Adjustment) Validate() error {
 	return err
 }
 
-func strictUnmarshal(b []byte, v any) error { return strictUnmarshalAt("", b, v) }
-
-// strictUnmarshalAt decodes one JSON object into v, rejecting unknown fields and trailing
-// data, and turns decoder errors into FieldErrors under prefix.
-func strictUnmarshalAt(prefix string, b []byte, v any) error {
+// objectUnmarshal decodes one JSON object into v (a pointer to a struct with json tags),
+// rejecting trailing data, and turns decoder errors into FieldErrors under prefix. Fields
+// v has no place for are ignored and returned as JSON paths under prefix, sorted.
+func objectUnmarshal(prefix string, b []byte, v any) (ignored []string, err error) {
 	if len(b) > MaxBodyBytes {
-		return fieldErr(prefix, "is %d bytes; at most %d are accepted", len(b), MaxBodyBytes)
+		return nil, fieldErr(prefix, "is %d bytes; at most %d are accepted", len(b), MaxBodyBytes)
 	}
 	trimmed := bytes.TrimSpace(b)
 	if len(trimmed) == 0 {
-		return fieldErr(prefix, "is empty; want a JSON object")
+		return nil, fieldErr(prefix, "is empty; want a JSON object")
 	}
 	if trimmed[0] != '{' {
-		return fieldErr(prefix, "must be a JSON object")
+		return nil, fieldErr(prefix, "must be a JSON object")
 	}
 	dec := json.NewDecoder(bytes.NewReader(trimmed))
-	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
-		return jsonFieldErr(prefix, err)
+		return nil, jsonFieldErr(prefix, err)
 	}
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		return fieldErr(prefix, "unexpected data after the JSON object")
+		return nil, fieldErr(prefix, "unexpected data after the JSON object")
 	}
-	return nil
+	// The object decoded, so it decodes as a map too. encoding/json matches names without
+	// regard to case; so does this check.
+	var keys map[string]json.RawMessage
+	if err := json.Unmarshal(trimmed, &keys); err != nil {
+		return nil, jsonFieldErr(prefix, err)
+	}
+	known := knownFields(reflect.TypeOf(v).Elem())
+	for k := range keys {
+		if !slices.ContainsFunc(known, func(f string) bool { return strings.EqualFold(f, k) }) {
+			ignored = append(ignored, join(prefix, k))
+		}
+	}
+	slices.Sort(ignored)
+	return ignored, nil
 }
+
+// knownFields returns the JSON names of a struct type's fields.
+func knownFields(t reflect.Type) []string {
+	var out []string
+	for i := 0; i < t.NumField(); i++ {
+		name, _, _ := strings.Cut(t.Field(i).Tag.Get("json"), ",")
+		if name == "" {
+			name = t.Field(i).Name
+		}
+		if name != "-" {
+			out = append(out, name)
+		}
+	}
+	return out
+}
+
+// FieldPath joins a JSON path prefix and a field path ("detail" + "sku" = "detail.sku";
+// an empty field names the prefix itself).
+func FieldPath(prefix, field string) string { return join(prefix, field) }
 
 func join(prefix, field string) string {
 	switch {

@@ -36,6 +36,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 
 	"github.com/turnstile-locks/turnstile/internal/emf"
+	"github.com/turnstile-locks/turnstile/internal/eventshape"
 	"github.com/turnstile-locks/turnstile/internal/obs"
 	"github.com/turnstile-locks/turnstile/internal/shop"
 )
@@ -162,25 +163,38 @@ func New(db DB, lockTable string, orders Orders, redriver Redriver, opts ...Opti
 	return h
 }
 
-// envelope tells the two event kinds apart.
-type envelope struct {
-	Records    json.RawMessage `json:"Records"`
-	DetailType string          `json:"detail-type"`
-	Source     string          `json:"source"`
+// ScheduledEventType is the detail-type of EventBridge schedules.
+const ScheduledEventType = eventshape.ScheduledDetailType
+
+// want describes the events the function handles, for InvalidEventError.
+const want = "a DynamoDB stream batch of the lock table (Records with eventSource \"aws:dynamodb\") or an EventBridge \"" +
+	ScheduledEventType + "\" from aws.events"
+
+// SweepError is the error Handle returns when a scheduled sweep failed (errorType
+// "SweepError"); EventBridge retries the schedule's event.
+type SweepError struct {
+	Err error
 }
 
-// ScheduledEventType is the detail-type of EventBridge schedules.
-const ScheduledEventType = "Scheduled Event"
+func (e *SweepError) Error() string { return "janitor: sweep: " + e.Err.Error() }
+
+// Unwrap returns the cause.
+func (e *SweepError) Unwrap() error { return e.Err }
 
 // Handle dispatches a stream batch or a scheduled sweep. For a stream batch the response
-// lists the record to retry from; for a sweep it is empty and a failed sweep returns an
-// error (EventBridge retries it).
+// lists the record to retry from; for a sweep it is empty and a failed sweep returns a
+// *SweepError (EventBridge retries it). Any other event — empty, an SQS batch, another
+// EventBridge event, records of another source — is logged at ERROR naming what it is and
+// fails with an *eventshape.InvalidEventError: Lambda never delivers those to this function
+// from its triggers, so a caller made a mistake, and succeeding would hide it.
 func (h *Handler) Handle(ctx context.Context, raw json.RawMessage) (events.DynamoDBEventResponse, error) {
 	resp := events.DynamoDBEventResponse{BatchItemFailures: []events.DynamoDBBatchItemFailure{}}
-	var env envelope
-	if err := json.Unmarshal(raw, &env); err != nil {
-		h.log.ErrorContext(ctx, "janitor: event is not a JSON object", "error", err.Error())
-		return resp, fmt.Errorf("janitor: event is not a JSON object: %w", err)
+	shape := eventshape.Classify(raw)
+	if shape.Kind != eventshape.DynamoDBStream && shape.Kind != eventshape.Scheduled {
+		err := &eventshape.InvalidEventError{Function: FunctionName, EventID: shape.ID, Got: shape.String(), Want: want}
+		h.log.ErrorContext(ctx, "janitor: not a lock-table stream batch or a scheduled sweep; failing the invocation",
+			append(shape.LogAttrs(), "error", err.Error())...)
+		return resp, err
 	}
 	var m Metrics
 	if h.metrics != nil {
@@ -191,18 +205,21 @@ func (h *Handler) Handle(ctx context.Context, raw json.RawMessage) (events.Dynam
 			}
 		}()
 	}
-	switch {
-	case env.Records != nil:
-		return h.handleStream(ctx, env.Records, m), nil
-	case env.DetailType == ScheduledEventType:
+	if shape.Kind == eventshape.Scheduled {
 		res, err := h.sweep(ctx, m)
-		h.log.InfoContext(ctx, "sweep done", "scanned", res.Scanned, "deleted", res.Deleted,
-			"skipped", res.Skipped, "abandoned", res.Abandoned, "redriven", res.Redriven)
-		return resp, err
+		attrs := []any{"scanned", res.Scanned, "deleted", res.Deleted, "skipped", res.Skipped, "abandoned", res.Abandoned, "redriven", res.Redriven}
+		if err != nil {
+			h.log.ErrorContext(ctx, "sweep failed; EventBridge retries it", append(attrs, "error", err.Error())...)
+			return resp, &SweepError{err}
+		}
+		h.log.InfoContext(ctx, "sweep done", attrs...)
+		return resp, nil
 	}
-	h.log.ErrorContext(ctx, "janitor: unrecognised event", "detailType", env.DetailType, "source", env.Source)
-	return resp, fmt.Errorf("janitor: unrecognised event (detail-type %q, source %q): want a DynamoDB stream batch or a %q",
-		env.DetailType, env.Source, ScheduledEventType)
+	var env struct {
+		Records json.RawMessage `json:"Records"`
+	}
+	_ = json.Unmarshal(raw, &env) // Classify decoded it already
+	return h.handleStream(ctx, env.Records, m), nil
 }
 
 // recordRef is what can be learned from a record that does not decode.

@@ -21,6 +21,7 @@ import (
 
 	"github.com/turnstile-locks/turnstile/functions/janitor/handler"
 	"github.com/turnstile-locks/turnstile/internal/emf"
+	"github.com/turnstile-locks/turnstile/internal/eventshape"
 	"github.com/turnstile-locks/turnstile/internal/policycheck"
 	"github.com/turnstile-locks/turnstile/internal/shop"
 	"github.com/turnstile-locks/turnstile/internal/testenv"
@@ -299,12 +300,60 @@ func TestFailedRecordIsReportedBySequenceNumber(t *testing.T) {
 	}
 }
 
+// TestUnrecognisedEvent: anything but a lock-table stream batch or a schedule's event —
+// SQS records, another EventBridge event, an empty event — fails with an
+// InvalidEventError naming what it got, logged once at ERROR; nothing is swept or skipped.
 func TestUnrecognisedEvent(t *testing.T) {
 	f := newFixture(t)
-	for _, raw := range []string{`{"hello":"world"}`, `[1,2]`, `"x"`} {
-		if _, err := f.h.Handle(context.Background(), json.RawMessage(raw)); err == nil {
-			t.Errorf("%s: no error", raw)
+	var logs bytes.Buffer
+	f.h = handler.New(f.db, f.tables.Locks, f.svc, f.redrive, handler.WithLogger(slog.New(slog.NewJSONHandler(&logs, nil))),
+		handler.WithMetrics(nil))
+	sqsBatch, err := os.ReadFile(filepath.Join("..", "..", "..", "events", "sqs-order.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	adjusted, err := os.ReadFile(filepath.Join("..", "..", "..", "events", "eventbridge-stock-adjusted.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for raw, got := range map[string]string{
+		string(sqsBatch):                       "got an SQS batch of 1 record",
+		string(adjusted):                       `got an EventBridge event (detail-type \"StockAdjusted\"`,
+		`{"Records":[]}`:                       "got an empty event",
+		`{}`:                                   "got an empty event",
+		``:                                     "got an empty event",
+		`{"hello":"world"}`:                    `got a JSON object of unknown shape (keys \"hello\")`,
+		`[1,2]`:                                "got a JSON value that is not an object",
+		`"x"`:                                  "got a JSON value that is not an object",
+		`{"Records":[{"eventName":"REMOVE"}]}`: `eventSource \"\"`,
+	} {
+		logs.Reset()
+		resp, err := f.h.Handle(context.Background(), json.RawMessage(raw))
+		var ie *eventshape.InvalidEventError
+		if !errors.As(err, &ie) || len(resp.BatchItemFailures) != 0 {
+			t.Errorf("%.40s: %+v, %v; want an *InvalidEventError", raw, resp, err)
+			continue
 		}
+		lines := strings.Split(strings.TrimSpace(logs.String()), "\n")
+		if len(lines) != 1 || !strings.Contains(lines[0], `"level":"ERROR"`) || !strings.Contains(lines[0], got) {
+			t.Errorf("%.40s: want one ERROR line naming %q, got:\n%s", raw, got, logs.String())
+		}
+	}
+}
+
+// TestSweepFailureIsTyped: a failed sweep returns a SweepError (errorType "SweepError").
+func TestSweepFailureIsTyped(t *testing.T) {
+	f := newFixture(t)
+	h := handler.New(f.db, "no-such-table-"+strings.ToLower(t.Name()), f.svc, f.redrive,
+		handler.WithLogger(slog.New(slog.DiscardHandler)), handler.WithMetrics(nil))
+	raw, err := os.ReadFile(filepath.Join("..", "..", "..", "events", "scheduled-sweep.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = h.Handle(context.Background(), raw)
+	var se *handler.SweepError
+	if !errors.As(err, &se) || !strings.HasPrefix(err.Error(), "janitor: sweep: ") {
+		t.Fatalf("err = %v (%T), want a *SweepError", err, err)
 	}
 }
 

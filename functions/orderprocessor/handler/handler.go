@@ -10,13 +10,16 @@ package handler
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"log/slog"
+	"strconv"
 	"time"
 
 	"github.com/aws/aws-lambda-go/events"
 
 	"github.com/turnstile-locks/turnstile/internal/emf"
+	"github.com/turnstile-locks/turnstile/internal/eventshape"
 	"github.com/turnstile-locks/turnstile/internal/obs"
 	"github.com/turnstile-locks/turnstile/internal/shop"
 	"github.com/turnstile-locks/turnstile/lockcore"
@@ -80,11 +83,48 @@ func New(svc Processor, opts ...Option) *Handler {
 	return h
 }
 
+// want describes the events the function handles, for InvalidEventError.
+const want = "an SQS batch of the orders queue (Records with eventSource \"aws:sqs\")"
+
+// HandleJSON is the function's Lambda entry point: it checks that the payload is an SQS
+// batch and hands it to Handle. Any other event — empty, an EventBridge event, a stream
+// batch, ... — is logged at ERROR naming what it is and fails the invocation with an
+// *eventshape.InvalidEventError (errorType "InvalidEventError").
+func (h *Handler) HandleJSON(ctx context.Context, raw json.RawMessage) (events.SQSEventResponse, error) {
+	shape := eventshape.Classify(raw)
+	if shape.Kind != eventshape.SQS {
+		return h.invalidEvent(ctx, shape.String(), shape.LogAttrs()...)
+	}
+	var ev events.SQSEvent
+	if err := json.Unmarshal(raw, &ev); err != nil {
+		return h.invalidEvent(ctx, "an SQS batch that does not decode ("+err.Error()+")", shape.LogAttrs()...)
+	}
+	return h.Handle(ctx, ev)
+}
+
+func (h *Handler) invalidEvent(ctx context.Context, got string, attrs ...any) (events.SQSEventResponse, error) {
+	err := &eventshape.InvalidEventError{Function: FunctionName, Got: got, Want: want}
+	h.log.ErrorContext(ctx, "not an SQS batch; failing the invocation", append(attrs, "error", err.Error())...)
+	return events.SQSEventResponse{BatchItemFailures: []events.SQSBatchItemFailure{}}, err
+}
+
 // Handle processes a batch, one message after the other, and reports the messages to
-// retry in the partial batch response. It never returns an error: a failed message is
-// reported alone, so the others are not redelivered.
+// retry in the partial batch response. A failed message is reported alone, so the others
+// are not redelivered. It returns an error (an *eventshape.InvalidEventError) only for a
+// batch Lambda's SQS event source never delivers: no records, or a record that is not an
+// SQS message (no messageId, another eventSource) — a partial batch response could not
+// name it, so the whole batch fails and comes back, and ends in the dead-letter queue.
 func (h *Handler) Handle(ctx context.Context, ev events.SQSEvent) (events.SQSEventResponse, error) {
 	resp := events.SQSEventResponse{BatchItemFailures: []events.SQSBatchItemFailure{}}
+	if len(ev.Records) == 0 {
+		return h.invalidEvent(ctx, "an SQS batch without records", "eventKind", string(eventshape.Empty))
+	}
+	for i, msg := range ev.Records {
+		if msg.MessageId == "" || msg.EventSource != "aws:sqs" {
+			return h.invalidEvent(ctx, "a batch whose record "+itoa(i)+" is not an SQS message (messageId "+quote(msg.MessageId)+
+				", eventSource "+quote(msg.EventSource)+")", "eventKind", string(eventshape.MixedRecords), "index", i)
+		}
+	}
 	var m Metrics
 	if h.metrics != nil {
 		m = h.metrics(ctx)
@@ -118,18 +158,26 @@ func (h *Handler) handleOne(ctx context.Context, msg events.SQSMessage, put func
 		log.WarnContext(ctx, "invocation deadline too close; returning message for redelivery")
 		return false
 	}
-	o, err := shop.DecodeOrder([]byte(msg.Body))
+	o, unknown, err := shop.DecodeOrderFields([]byte(msg.Body))
 	if err != nil {
 		put(MetricMessagesMalformed)
 		attrs := []any{"error", err.Error()}
 		var fe *shop.FieldError
 		if errors.As(err, &fe) {
-			attrs = append(attrs, "field", fe.Field, "reason", fe.Reason)
+			// A whole-body error (no field) names the body itself.
+			field := fe.Field
+			if field == "" {
+				field = "body"
+			}
+			attrs = []any{"error", field + ": " + fe.Reason, "field", field, "reason", fe.Reason}
 		}
 		log.ErrorContext(ctx, "malformed order message; returned for redrive to the dead-letter queue", attrs...)
 		return false
 	}
 	log = log.With("orderId", o.OrderID)
+	if len(unknown) > 0 {
+		log.DebugContext(ctx, "order message has fields this version does not know; ignored", "ignoredFields", unknown)
+	}
 	out, err := h.svc.ProcessOrder(ctx, o)
 	switch {
 	case err == nil:
@@ -147,3 +195,7 @@ func (h *Handler) handleOne(ctx context.Context, msg events.SQSMessage, put func
 	}
 	return false
 }
+
+func itoa(i int) string { return strconv.Itoa(i) }
+
+func quote(s string) string { return strconv.Quote(s) }

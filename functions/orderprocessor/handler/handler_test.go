@@ -4,9 +4,11 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"log/slog"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"sync"
@@ -17,6 +19,7 @@ import (
 
 	"github.com/turnstile-locks/turnstile/functions/orderprocessor/handler"
 	"github.com/turnstile-locks/turnstile/internal/emf"
+	"github.com/turnstile-locks/turnstile/internal/eventshape"
 	"github.com/turnstile-locks/turnstile/internal/policycheck"
 	"github.com/turnstile-locks/turnstile/internal/shop"
 	"github.com/turnstile-locks/turnstile/internal/testenv"
@@ -208,7 +211,7 @@ func TestMalformedMessageInMixedBatch(t *testing.T) {
 	}
 	// Each failure is logged at ERROR with its message id and field.
 	logs := f.logs.String()
-	for i, field := range map[int]string{1: `"field":""`, 2: `"field":"customerId"`, 3: `"field":"lines[0].qty"`, 4: `"field":"lines[1].qty"`} {
+	for i, field := range map[int]string{1: `"field":"body"`, 2: `"field":"customerId"`, 3: `"field":"lines[0].qty"`, 4: `"field":"lines[1].qty"`} {
 		line := lineWith(logs, messageID(ev, i))
 		if !strings.Contains(line, `"level":"ERROR"`) || !strings.Contains(line, field) {
 			t.Errorf("log of message %d = %s; want ERROR naming %s", i, line, field)
@@ -288,5 +291,104 @@ func TestDeadlineTooCloseReturnsMessages(t *testing.T) {
 	resp, err := f.h.Handle(ctx, ev)
 	if err != nil || len(resp.BatchItemFailures) != 1 {
 		t.Fatalf("resp = %+v, %v", resp, err)
+	}
+}
+
+func readEventFile(t *testing.T, name string) json.RawMessage {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("..", "..", "..", "events", name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// TestForeignOrEmptyEventFailsLoudly: an event that is not an SQS batch fails the
+// invocation with an InvalidEventError naming what it got, logged once at ERROR —
+// never an empty success, never an item failure without an identifier.
+func TestForeignOrEmptyEventFailsLoudly(t *testing.T) {
+	f := newFixture(t)
+	tests := []struct {
+		name    string
+		payload json.RawMessage
+		got     string
+	}{
+		{"EventBridge event", readEventFile(t, "eventbridge-stock-adjusted.json"), `an EventBridge event (detail-type \"StockAdjusted\"`},
+		{"stream batch", readEventFile(t, "dynamodb-ttl-remove.json"), "a DynamoDB stream batch of 1 record"},
+		{"schedule", readEventFile(t, "scheduled-sweep.json"), "schedule event"},
+		{"empty object", json.RawMessage(`{}`), "an empty event"},
+		{"null", json.RawMessage(`null`), "an empty event"},
+		{"no records", json.RawMessage(`{"Records":[]}`), "an empty event"},
+		{"an order, not a batch", json.RawMessage(`{"orderId":"ord-1","customerId":"c","lines":[]}`), "unknown shape"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			before := strings.Count(f.logs.String(), "\n")
+			resp, err := f.h.HandleJSON(context.Background(), tt.payload)
+			var ie *eventshape.InvalidEventError
+			if !errors.As(err, &ie) || !strings.Contains(err.Error(), "want an SQS batch") {
+				t.Fatalf("err = %v (%T), want an *InvalidEventError", err, err)
+			}
+			if name := reflect.TypeOf(err).Elem().Name(); name != "InvalidEventError" {
+				t.Errorf("errorType would be %q", name)
+			}
+			if len(resp.BatchItemFailures) != 0 {
+				t.Errorf("item failures %+v", resp.BatchItemFailures)
+			}
+			lines := strings.Split(strings.TrimSpace(f.logs.String()), "\n")[before:]
+			if len(lines) != 1 || !strings.Contains(lines[0], `"level":"ERROR"`) || !strings.Contains(lines[0], tt.got) {
+				t.Errorf("want one ERROR line naming %q, got:\n%s", tt.got, strings.Join(lines, "\n"))
+			}
+		})
+	}
+	// The typed entry point (the demo's) refuses records that are not SQS messages: a
+	// stream event decoded as an SQSEvent has records without a messageId.
+	var ev events.SQSEvent
+	if err := json.Unmarshal(readEventFile(t, "dynamodb-ttl-remove.json"), &ev); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.h.Handle(context.Background(), ev); err == nil || !strings.Contains(err.Error(), `record 0 is not an SQS message (messageId ""`) {
+		t.Errorf("Handle(stream records) = %v", err)
+	}
+	// The event files as Lambda delivers them go through HandleJSON.
+	f.seed(t, map[string]int{"MUG-RED-350": 5, "TEE-BLK-M": 5})
+	resp, err := f.h.HandleJSON(context.Background(), readEventFile(t, "sqs-order.json"))
+	if err != nil || len(resp.BatchItemFailures) != 0 {
+		t.Fatalf("sqs-order.json: %+v, %v", resp, err)
+	}
+	if st := f.status(t, "ord-1001"); st != shop.StatusReserved {
+		t.Errorf("ord-1001 = %s", st)
+	}
+}
+
+// TestUnknownOrderFieldsAreIgnored: forward compatibility — a producer adding a field does
+// not send its orders to the dead-letter queue; the fields are logged once at DEBUG.
+func TestUnknownOrderFieldsAreIgnored(t *testing.T) {
+	f := newFixture(t)
+	var logs syncBuffer
+	f.h = handler.New(f.svc, handler.WithLogger(slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))),
+		handler.WithMetrics(nil))
+	f.seed(t, map[string]int{"MUG-RED-350": 5})
+	ev := loadEvent(t, "sqs-order.json")
+	ev.Records[0].Body = `{"orderId":"ord-fc1","customerId":"c","channel":"app","lines":[{"sku":"MUG-RED-350","qty":1,"giftWrap":true}]}`
+	if failed := f.invoke(t, ev); len(failed) != 0 {
+		t.Fatalf("failures %v:\n%s", failed, logs.String())
+	}
+	if st := f.status(t, "ord-fc1"); st != shop.StatusReserved {
+		t.Errorf("ord-fc1 = %s", st)
+	}
+	if n := strings.Count(logs.String(), `"ignoredFields":["channel","lines[0].giftWrap"]`); n != 1 {
+		t.Errorf("ignored fields logged %d times, want once at DEBUG:\n%s", n, logs.String())
+	}
+	if !strings.Contains(logs.String(), `"level":"DEBUG","msg":"order message has fields this version does not know; ignored"`) {
+		t.Errorf("not at DEBUG:\n%s", logs.String())
+	}
+	// Still rejected: a wrong type next to an unknown field.
+	ev.Records[0].Body = `{"orderId":"ord-fc2","customerId":"c","channel":"app","lines":[{"sku":"MUG-RED-350","qty":"1"}]}`
+	if failed := f.invoke(t, ev); len(failed) != 1 {
+		t.Fatalf("wrong type accepted")
+	}
+	if !strings.Contains(logs.String(), `"field":"lines[0].qty"`) {
+		t.Errorf("wrong type not named:\n%s", logs.String())
 	}
 }
