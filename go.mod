@@ -20,6 +20,7 @@ require (
 	github.com/aws/aws-xray-sdk-go v1.8.5
 	github.com/aws/smithy-go v1.28.9
 	github.com/rs/zerolog v1.35.1
+	github.com/turnstile-locks/turnstile/lockcore v0.0.0
 	gopkg.in/yaml.v3 v3.0.1
 )
 
@@ -62,3 +63,5 @@ require (
 	google.golang.org/protobuf v1.36.12 // indirect
 	gopkg.in/tomb.v1 v1.0.0-20141024135613-dd632973f1e7 // indirect
 )
+
+replace github.com/turnstile-locks/turnstile/lockcore => ./lockcore

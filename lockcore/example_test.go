@@ -13,33 +13,27 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
-	"github.com/turnstile-locks/turnstile/internal/ddblocal"
-	"github.com/turnstile-locks/turnstile/internal/template"
 	"github.com/turnstile-locks/turnstile/lockcore"
 )
 
-// exampleTables creates the template's lock and inventory tables on the test engine.
+// exampleTables connects to the engine named by DYNAMODB_ENDPOINT and creates a lock
+// table and a data table (string keys pk and sk) for the examples, afresh each time.
 func exampleTables() (db *dynamodb.Client, locks, data string) {
 	ctx := context.Background()
-	db, err := ddblocal.NewClient(ctx, os.Getenv("DYNAMODB_ENDPOINT"))
-	if err != nil {
-		log.Fatal(err)
-	}
-	tpl, err := template.LoadDefault()
-	if err != nil {
-		log.Fatal(err)
-	}
-	for id, name := range map[string]string{"LockTable": "example-locks", "InventoryTable": "example-inventory"} {
-		spec, err := tpl.Table(id)
-		if err != nil {
-			log.Fatal(err)
-		}
-		_, _ = db.DeleteTable(ctx, &dynamodb.DeleteTableInput{TableName: &name})
-		if err := ddblocal.CreateTable(ctx, db, spec.CreateTableInput(name), spec.TTLInput(name)); err != nil {
-			log.Fatal(err)
+	db = newClient(os.Getenv("DYNAMODB_ENDPOINT"))
+	locks, data = "example-locks", "example-inventory"
+	for _, name := range []string{locks, data} {
+		if _, err := db.DeleteTable(ctx, &dynamodb.DeleteTableInput{TableName: &name}); err == nil {
+			_ = dynamodb.NewTableNotExistsWaiter(db).Wait(ctx, &dynamodb.DescribeTableInput{TableName: &name}, time.Minute)
 		}
 	}
-	return db, "example-locks", "example-inventory"
+	if err := lockcore.CreateLockTable(ctx, db, locks); err != nil {
+		log.Fatal(err)
+	}
+	if err := createDataTable(ctx, db, data); err != nil {
+		log.Fatal(err)
+	}
+	return db, locks, data
 }
 
 func Example() {

@@ -14,23 +14,20 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
-	"github.com/turnstile-locks/turnstile/internal/testenv"
 	"github.com/turnstile-locks/turnstile/lockcore"
 )
-
-func TestMain(m *testing.M) { testenv.Main(m) }
 
 // env is one test's engine client and fresh tables.
 type env struct {
 	db    *dynamodb.Client
-	locks string // LockTable
-	data  string // InventoryTable (pk/sk strings), used for counters and data items
+	locks string // a lock table (CreateLockTable)
+	data  string // a data table with string keys pk and sk, for counters and data items
 }
 
 func newEnv(t *testing.T) *env {
 	t.Helper()
-	tables := testenv.Tables(t, "LockTable", "InventoryTable")
-	return &env{db: testenv.Client(t), locks: tables["LockTable"], data: tables["InventoryTable"]}
+	db := engineClient(t)
+	return &env{db: db, locks: lockTable(t, db), data: dataTable(t, db)}
 }
 
 // fast are options for tests: the shortest lease the library allows by default and

@@ -303,10 +303,9 @@ func TestItemTokenGuarantee(t *testing.T) {
 // that still reaches DynamoDB).
 type cancelInFlight struct {
 	lockcore.DynamoDB
-	cancel  context.CancelFunc
-	once    sync.Once
-	late    chan *dynamodb.UpdateItemInput
-	lateErr chan error
+	cancel context.CancelFunc
+	once   sync.Once
+	late   chan *dynamodb.UpdateItemInput
 }
 
 func (f *cancelInFlight) UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput, o ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error) {

@@ -4,6 +4,7 @@
 //	go run ./cmd/ddblocal stop    # stop the engine started by start
 //	go run ./cmd/ddblocal status  # print the endpoint if the engine answers, else exit 1
 //	go run ./cmd/ddblocal fetch   # only fetch DynamoDB Local into the cache (needs mvn)
+//	go run ./cmd/ddblocal exec -- CMD [ARGS]  # run CMD with its own engine, then stop it
 //
 // The engine's pid and endpoint are kept in .cache/dynamodb-local/engine.pid and
 // engine.endpoint, its output in engine.log. When DYNAMODB_ENDPOINT is set, start starts
@@ -15,6 +16,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"strconv"
@@ -25,9 +27,12 @@ import (
 	"github.com/turnstile-locks/turnstile/internal/ddblocal"
 )
 
-const usage = "usage: ddblocal start|stop|status|fetch"
+const usage = "usage: ddblocal start|stop|status|fetch|exec -- CMD [ARGS...]"
 
 func main() {
+	if len(os.Args) >= 2 && os.Args[1] == "exec" {
+		os.Exit(execWithEngine(os.Args[2:]))
+	}
 	if len(os.Args) != 2 {
 		fmt.Fprintln(os.Stderr, usage)
 		os.Exit(2)
@@ -176,4 +181,57 @@ func (f stateFiles) remove() error {
 		}
 	}
 	return nil
+}
+
+// execWithEngine runs a command with DYNAMODB_ENDPOINT pointing at an engine of its own
+// (or at the one DYNAMODB_ENDPOINT already names), stops the engine afterwards and returns
+// the command's exit code. It is how `make test` runs the tests of the lockcore module,
+// which cannot use this module's test harness.
+func execWithEngine(args []string) int {
+	if len(args) > 0 && args[0] == "--" {
+		args = args[1:]
+	}
+	if len(args) == 0 {
+		fmt.Fprintln(os.Stderr, usage)
+		return 2
+	}
+	if os.Getenv(ddblocal.EnvEndpoint) == "" {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+		engine, err := ddblocal.Start(ctx, ddblocal.Options{})
+		cancel()
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "ddblocal: cannot start the local DynamoDB engine: %v\n", err)
+			return 1
+		}
+		defer func() { _ = engine.Stop() }()
+		if err := os.Setenv(ddblocal.EnvEndpoint, engine.Endpoint()); err != nil {
+			fmt.Fprintln(os.Stderr, "ddblocal:", err)
+			return 1
+		}
+	}
+	cmd := exec.Command(args[0], args[1:]...)
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	defer signal.Stop(sigs)
+	if err := cmd.Start(); err != nil {
+		fmt.Fprintln(os.Stderr, "ddblocal: exec:", err)
+		return 1
+	}
+	go func() {
+		for sig := range sigs {
+			_ = cmd.Process.Signal(sig)
+		}
+	}()
+	err := cmd.Wait()
+	var exit *exec.ExitError
+	switch {
+	case err == nil:
+		return 0
+	case errors.As(err, &exit):
+		return max(exit.ExitCode(), 1)
+	default:
+		fmt.Fprintln(os.Stderr, "ddblocal: exec:", err)
+		return 1
+	}
 }
