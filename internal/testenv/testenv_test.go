@@ -18,6 +18,7 @@ import (
 
 	"github.com/turnstile-locks/turnstile/internal/ddblocal"
 	"github.com/turnstile-locks/turnstile/internal/testenv"
+	"github.com/turnstile-locks/turnstile/lockcore"
 )
 
 func TestMain(m *testing.M) { testenv.Main(m) }
@@ -114,6 +115,52 @@ func TestLockTable(t *testing.T) {
 	}
 	if got := sd.StreamDescription.StreamViewType; string(got) != string(types.StreamViewTypeOldImage) {
 		t.Errorf("stream view type %s, want OLD_IMAGE", got)
+	}
+}
+
+// TestCreateLockTableMatchesTemplate: the table lockcore.CreateLockTable makes for
+// adopters is the template's LockTable (keys, key types, TTL attribute, stream view).
+func TestCreateLockTableMatchesTemplate(t *testing.T) {
+	spec, err := testenv.Template(t).Table("LockTable")
+	if err != nil {
+		t.Fatal(err)
+	}
+	db := testenv.Client(t)
+	name := fmt.Sprintf("created-locks-%d", time.Now().UnixNano())
+	t.Cleanup(func() {
+		_, _ = db.DeleteTable(context.Background(), &dynamodb.DeleteTableInput{TableName: aws.String(name)})
+	})
+	if err := lockcore.CreateLockTable(t.Context(), db, name, lockcore.WithStream()); err != nil {
+		t.Fatal(err)
+	}
+	desc, err := db.DescribeTable(t.Context(), &dynamodb.DescribeTableInput{TableName: aws.String(name)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := spec.CreateTableInput(name)
+	keys := func(ks []types.KeySchemaElement, defs []types.AttributeDefinition) string {
+		typ := map[string]types.ScalarAttributeType{}
+		for _, d := range defs {
+			typ[aws.ToString(d.AttributeName)] = d.AttributeType
+		}
+		var out []string
+		for _, k := range ks {
+			out = append(out, fmt.Sprintf("%s:%s:%s", aws.ToString(k.AttributeName), k.KeyType, typ[aws.ToString(k.AttributeName)]))
+		}
+		return strings.Join(out, ",")
+	}
+	if got, w := keys(desc.Table.KeySchema, desc.Table.AttributeDefinitions), keys(want.KeySchema, want.AttributeDefinitions); got != w {
+		t.Errorf("keys %s, template %s", got, w)
+	}
+	if desc.Table.StreamSpecification == nil || desc.Table.StreamSpecification.StreamViewType != spec.StreamViewType {
+		t.Errorf("stream %+v, template %s", desc.Table.StreamSpecification, spec.StreamViewType)
+	}
+	ttl, err := db.DescribeTimeToLive(t.Context(), &dynamodb.DescribeTimeToLiveInput{TableName: aws.String(name)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := aws.ToString(ttl.TimeToLiveDescription.AttributeName); got != spec.TTLAttribute {
+		t.Errorf("TTL attribute %q, template %q", got, spec.TTLAttribute)
 	}
 }
 
