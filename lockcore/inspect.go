@@ -17,28 +17,6 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 )
 
-// Inspection. An Inspector reads the lock rows of every strategy and reports, per lock,
-// who holds it since when, until when, with which fencing token and revision, and who
-// waits in which order. It never writes, except for ForceRelease (see release_force.go).
-//
-// States. A lock is
-//
-//   - held: a lease is recorded and its holder's recorded lease end has not passed (by
-//     the Inspector's wall clock, plus the skew allowance);
-//   - abandoned: a lease is recorded as held, but the holder's recorded wall-clock lease
-//     end plus the skew allowance (InspectSkew, default DefaultInspectSkew) lies in the
-//     past. The holder stopped renewing (it crashed, froze, or is paused) and nobody has
-//     taken the lock over or removed the row yet. This is informational only: a paused
-//     holder may renew a moment later, and lockcore itself never decides anything on
-//     wall clocks in its default mode (waiters take over by observation, see
-//     ObserveTakeover);
-//   - released: no lease is recorded (the row was released, its last ticket was served
-//     or withdrawn, or the queue is empty).
-//
-// A TicketLock row records no wall-clock lease end (handoffs carry none), so a ticket
-// lock is never reported abandoned by one read; watch its (serving, revision) instead:
-// a holder whose pair stays unchanged for a full lease is skipped by its waiters.
-
 // InspectorAPI is the subset of the DynamoDB API an Inspector calls: GetItem, Query and
 // Scan to read, TransactWriteItems for ForceRelease only. *dynamodb.Client satisfies it.
 type InspectorAPI interface {
@@ -70,8 +48,25 @@ func ParseStrategy(s string) (Strategy, error) {
 	return "", invalidOption("strategy", "%q: want mutex, ticket, queue or item", s)
 }
 
-// LockState is the state of a lock as an Inspector sees it (see the package's
-// inspection notes for the exact meaning of abandoned).
+// LockState is the state of a lock as an Inspector sees it.
+//
+// A lock is
+//
+//   - held: a lease is recorded and its holder's recorded lease end has not passed (by
+//     the Inspector's wall clock, plus the skew allowance);
+//   - abandoned: a lease is recorded as held, but the holder's recorded wall-clock lease
+//     end plus the skew allowance (InspectSkew, default DefaultInspectSkew) lies in the
+//     past. The holder stopped renewing (it crashed, froze, or is paused) and nobody has
+//     taken the lock over or removed the row yet. This is informational only: a paused
+//     holder may renew a moment later, and lockcore itself never decides anything on
+//     wall clocks in its default mode (waiters take over by observation, see
+//     ObserveTakeover);
+//   - released: no lease is recorded (the row was released, its last ticket was served
+//     or withdrawn, or the queue is empty).
+//
+// A TicketLock row records no wall-clock lease end (handoffs carry none), so a ticket
+// lock is never reported abandoned by one read; watch its (serving, revision) instead:
+// a holder whose pair stays unchanged for a full lease is skipped by its waiters.
 type LockState string
 
 // Lock states.

@@ -14,41 +14,6 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 )
 
-// Audited force-release.
-//
-// An operator ends a lease whose holder is stuck (or must be stopped) with
-// Inspector.ForceRelease. It is one TransactWriteItems of two writes, both or neither:
-//
-//  1. the lock row, conditioned on the lease observed just before (Mutex: lease id,
-//     revision and state held; TicketLock: serving ticket, revision, row life and the
-//     served ticket's entry), so a lease that changed hands meanwhile is never ended by
-//     mistake. A heartbeat of the same lease (a new revision) is re-read and retried.
-//     - Mutex: state = released, lease id replaced by a marker (prevLease = the ended
-//     lease), fence + 1, until and data removed. The old holder's renew and
-//     GuardCheck fail at once (ErrLeaseLost) and so does its Release (the row says its
-//     lease was replaced, not released by it). The next holder's token is at least
-//     two sequence numbers above the ended one.
-//     - TicketLock: the served ticket is skipped (serving + 1, its entry removed), the
-//     write a waiter makes after a holder stopped heartbeating. The old holder's renew,
-//     release and GuardCheck fail (ErrLeaseLost); the next ticket enters with a higher
-//     token.
-//     Either way the row keeps the last force-release: forcedBy, forcedAt, forcedReason,
-//     forcedLease, forcedOwner, forcedToken, forcedId (later acquisitions keep them).
-//  2. an audit row in the lock table: partition key = the lock key, sort key
-//     "<namespace>#audit#<strategy>#<UTC time>#<id>". No strategy can write such a sort
-//     key (namespaces contain no '#'; the strategies' suffixes are "#ticket",
-//     "#counter" and "#t#"), and the key is the user's own lock key, never one starting
-//     with the reserved "turnstile#". Audit rows have no TTL: the history stays until
-//     someone deletes it. They hold no "state", so the janitor's sweep ignores them.
-//
-// What the old holder can still do: work that is not guarded continues until its next
-// heartbeat fails (at most one heartbeat interval); writes guarded with GuardCheck fail
-// at once; writes fenced with FenceCondition fail once the next holder has registered
-// its (higher) token at the resource.
-//
-// An attempt whose outcome is unknown is settled by re-reading the row (forcedId names
-// this call); the SDK's own retries are off for it, as for every conditional write.
-
 // ForceRecord is the audit record of one force-release.
 type ForceRecord struct {
 	ID        string    `json:"id"`
@@ -159,8 +124,39 @@ func (o *ForceOptions) validate(key string) error {
 // ForceRelease ends the current lease of a Mutex or TicketLock, records who did it, when,
 // why and which lease it ended, and returns that record. It returns an error matching
 // ErrNotHeld when there is no lease to end (or not the one opts.LeaseID names), and
-// ErrInvalidOption / ErrInvalidKey for bad arguments. See the notes above for what the
-// ended lease's holder sees.
+// ErrInvalidOption / ErrInvalidKey for bad arguments.
+//
+// It is one TransactWriteItems of two writes, both or neither. The first updates the
+// lock row, conditioned on the lease read just before (Mutex: lease id, revision and
+// state held; TicketLock: serving ticket, revision, row life and the served ticket's
+// entry), so a lease that changed hands meanwhile is never ended by mistake; a
+// heartbeat of the same lease (a new revision) is re-read and retried.
+//
+//   - Mutex: state released, the lease id replaced by a marker (prevLease names the
+//     ended lease), fence + 1, until and data removed. The old holder's renew, Release
+//     and GuardCheck fail with ErrLeaseLost, and the next holder's token is at least
+//     two sequence numbers above the ended one.
+//   - TicketLock: the served ticket is skipped (serving + 1, its entry removed), the
+//     write a waiter makes after a holder stopped heartbeating. The old holder's renew,
+//     Release and GuardCheck fail with ErrLeaseLost; the next ticket enters with a
+//     higher token.
+//
+// The row keeps the last force-release (attributes forcedBy, forcedAt, forcedReason,
+// forcedLease, forcedOwner, forcedToken, forcedId; later acquisitions keep them). The
+// second write puts an audit row: partition key = the lock key, sort key
+// "<namespace>#audit#<strategy>#<UTC time>#<id>". No strategy writes such a sort key
+// (namespaces contain no '#'; the strategies' suffixes are "#ticket", "#counter" and
+// "#t#"), and the partition key is the user's own lock key, never one with the reserved
+// "turnstile#" prefix. Audit rows have no TTL and no "state" (the janitor's sweep
+// ignores them); Show returns them as Lock.Audit.
+//
+// What the old holder can still do: work that is not guarded continues until its next
+// heartbeat fails (at most one heartbeat interval); writes guarded with GuardCheck fail
+// at once (see GuardedWriteError); writes fenced with FenceCondition fail once the next
+// holder has registered its higher token at the resource.
+//
+// An attempt whose outcome is unknown is settled by re-reading the row (forcedId names
+// this call); the SDK's own retries are off for it, as for every conditional write.
 func (in *Inspector) ForceRelease(ctx context.Context, key string, opts ForceOptions) (*ForceRecord, error) {
 	if err := opts.validate(key); err != nil {
 		return nil, err
