@@ -27,7 +27,7 @@ type Observer struct {
 
 // AcquireEvent describes one acquisition.
 type AcquireEvent struct {
-	Strategy  string        // "mutex", "itemlocker", "ticket" or "queue"
+	Strategy  Strategy      // StrategyMutex, StrategyItem, StrategyTicket or StrategyQueue
 	Key       string        // lock key (for the locking read: the item's key, as "name=value,...")
 	Namespace string        // lock namespace, where the strategy has one
 	Wait      time.Duration // from the call to its end
@@ -39,7 +39,7 @@ type AcquireEvent struct {
 
 // LeaseEvent describes the end of a lease, or a write under it.
 type LeaseEvent struct {
-	Strategy  string
+	Strategy  Strategy
 	Key       string
 	Namespace string
 	LeaseID   string
@@ -58,17 +58,17 @@ func (o Observer) any() bool {
 	return o.Acquired != nil || o.AcquireFailed != nil || o.Released != nil || o.LeaseLost != nil || o.UnknownOutcome != nil
 }
 
-// strategyOf names a lease's strategy for events.
-func strategyOf(ops leaseOps) string {
+// leaseStrategy names a lease's strategy for events.
+func leaseStrategy(ops leaseOps) Strategy {
 	switch ops.(type) {
 	case *Mutex:
-		return "mutex"
+		return StrategyMutex
 	case *ItemLocker:
-		return "itemlocker"
+		return StrategyItem
 	case *Queue:
-		return "queue"
+		return StrategyQueue
 	case *ticketHold:
-		return "ticket"
+		return StrategyTicket
 	}
 	return "unknown"
 }
@@ -77,7 +77,7 @@ func strategyOf(ops leaseOps) string {
 type acqStats struct{ contended, takeover bool }
 
 // acquired reports the end of an acquisition.
-func (c *config) acquired(strategy, key, ns string, start time.Time, st acqStats, l *Lease, err error) {
+func (c *config) acquired(strategy Strategy, key, ns string, start time.Time, st acqStats, l *Lease, err error) {
 	if !c.observer.any() {
 		return
 	}
@@ -98,7 +98,7 @@ func (l *Lease) report(err error) {
 	if o == nil {
 		return
 	}
-	ev := LeaseEvent{Strategy: strategyOf(l.ops), Key: l.key, Namespace: l.namespace, LeaseID: l.id,
+	ev := LeaseEvent{Strategy: leaseStrategy(l.ops), Key: l.key, Namespace: l.namespace, LeaseID: l.id,
 		Token: l.token, Held: l.clock.Now().Sub(l.acquired), Err: err}
 	switch {
 	case err == nil:

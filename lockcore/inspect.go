@@ -1,0 +1,764 @@
+package lockcore
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/expression"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+)
+
+// InspectorAPI is the subset of the DynamoDB API an Inspector calls: GetItem, Query and
+// Scan to read, TransactWriteItems for ForceRelease only. *dynamodb.Client satisfies it.
+type InspectorAPI interface {
+	GetItem(ctx context.Context, in *dynamodb.GetItemInput, optFns ...func(*dynamodb.Options)) (*dynamodb.GetItemOutput, error)
+	Query(ctx context.Context, in *dynamodb.QueryInput, optFns ...func(*dynamodb.Options)) (*dynamodb.QueryOutput, error)
+	Scan(ctx context.Context, in *dynamodb.ScanInput, optFns ...func(*dynamodb.Options)) (*dynamodb.ScanOutput, error)
+	TransactWriteItems(ctx context.Context, in *dynamodb.TransactWriteItemsInput, optFns ...func(*dynamodb.Options)) (*dynamodb.TransactWriteItemsOutput, error)
+}
+
+var _ InspectorAPI = (*dynamodb.Client)(nil)
+
+// Strategy names a locking strategy as the Inspector reports it.
+type Strategy string
+
+// Strategies.
+const (
+	StrategyMutex  Strategy = "mutex"  // Mutex: one row, sort key "<namespace>"
+	StrategyTicket Strategy = "ticket" // TicketLock: one row, sort key "<namespace>#ticket"
+	StrategyQueue  Strategy = "queue"  // Queue: "<namespace>#counter" and "<namespace>#t#<ticket>" rows
+	StrategyItem   Strategy = "item"   // ItemLocker: lock attributes on a data item
+)
+
+// ParseStrategy parses "mutex", "ticket", "queue" or "item".
+func ParseStrategy(s string) (Strategy, error) {
+	switch st := Strategy(s); st {
+	case StrategyMutex, StrategyTicket, StrategyQueue, StrategyItem:
+		return st, nil
+	}
+	return "", invalidOption("strategy", "%q: want mutex, ticket, queue or item", s)
+}
+
+// LockState is the state of a lock as an Inspector sees it.
+//
+// A lock is
+//
+//   - held: a lease is recorded and its holder's recorded lease end has not passed (by
+//     the Inspector's wall clock, plus the skew allowance);
+//   - abandoned: a lease is recorded as held, but the holder's recorded wall-clock lease
+//     end plus the skew allowance (InspectSkew, default DefaultInspectSkew) lies in the
+//     past. The holder stopped renewing (it crashed, froze, or is paused) and nobody has
+//     taken the lock over or removed the row yet. This is informational only: a paused
+//     holder may renew a moment later, and lockcore itself never decides anything on
+//     wall clocks in its default mode (waiters take over by observation, see
+//     ObserveTakeover);
+//   - released: no lease is recorded (the row was released, its last ticket was served
+//     or withdrawn, or the queue is empty).
+//
+// A TicketLock row records no wall-clock lease end (handoffs carry none), so a ticket
+// lock is never reported abandoned by one read; watch its (serving, revision) instead:
+// a holder whose pair stays unchanged for a full lease is skipped by its waiters.
+type LockState string
+
+// Lock states.
+const (
+	LockHeld      LockState = "held"
+	LockAbandoned LockState = "abandoned"
+	LockReleased  LockState = "released"
+)
+
+// ParseLockState parses "held", "abandoned" or "released".
+func ParseLockState(s string) (LockState, error) {
+	switch st := LockState(s); st {
+	case LockHeld, LockAbandoned, LockReleased:
+		return st, nil
+	}
+	return "", invalidOption("state", "%q: want held, abandoned or released", s)
+}
+
+// ErrLockNotFound means no lock row exists for the key (and namespace, strategy) asked about.
+var ErrLockNotFound = errors.New("lockcore: no such lock")
+
+// FenceInfo is a fencing token with its parts decoded. For Mutex and TicketLock tokens
+// Epoch numbers the lock row's lives and Seq the acquisitions (tickets) within one; a
+// Queue's token is its ticket number and an ItemLocker's the item's acquisition count
+// (Epoch 0).
+type FenceInfo struct {
+	Token Fence `json:"token"`
+	Epoch int64 `json:"epoch"`
+	Seq   int64 `json:"seq"`
+}
+
+func fenceInfo(f Fence) FenceInfo { return FenceInfo{Token: f, Epoch: f.Epoch(), Seq: f.Seq()} }
+
+// String formats the token as "token (epoch E, seq S)".
+func (f FenceInfo) String() string {
+	return fmt.Sprintf("%d (epoch %d, seq %d)", int64(f.Token), f.Epoch, f.Seq)
+}
+
+// LockHolder is the lease a lock is held under. Fields a strategy does not record are
+// zero: a TicketLock records no owner name, acquisition time or wall-clock lease end
+// (its LeaseID reads "ticket N").
+type LockHolder struct {
+	Owner      string        `json:"owner,omitempty"`
+	LeaseID    string        `json:"leaseId"`
+	Ticket     int64         `json:"ticket,omitempty"`     // TicketLock and Queue
+	AcquiredAt time.Time     `json:"acquiredAt,omitzero"`  // Mutex; ItemLocker: last acquisition or renewal
+	Heartbeat  time.Time     `json:"heartbeat,omitzero"`   // Queue: last heartbeat (holder's clock)
+	Until      time.Time     `json:"leaseEnd,omitzero"`    // holder's wall-clock lease end
+	Lease      time.Duration `json:"leaseNanos,omitempty"` // lease duration
+}
+
+// Waiter is one client waiting for a TicketLock or Queue, in the order it will enter.
+type Waiter struct {
+	Position  int       `json:"position"` // 1: next to enter
+	Ticket    int64     `json:"ticket"`
+	Owner     string    `json:"owner,omitempty"`    // Queue only (ticket entries carry no names)
+	LeaseID   string    `json:"leaseId"`            // "ticket N" for a TicketLock
+	Heartbeat time.Time `json:"heartbeat,omitzero"` // Queue only
+	Until     time.Time `json:"leaseEnd,omitzero"`  // Queue only
+	Revision  int64     `json:"revision,omitempty"`
+	Abandoned bool      `json:"abandoned,omitempty"` // Queue only: lease end + skew passed
+}
+
+// TicketCounters are the counters of a TicketLock (Serving, Next, Released, Skipped) or
+// a Queue (Next only: the last ticket issued).
+type TicketCounters struct {
+	Serving  int64  `json:"serving,omitempty"`
+	Next     int64  `json:"next"`
+	Released int64  `json:"lastReleased,omitempty"`
+	Skipped  int64  `json:"lastSkipped,omitempty"`
+	Life     string `json:"life,omitempty"`
+}
+
+// Lock is one lock as an Inspector saw it.
+type Lock struct {
+	Key       string    `json:"key"`
+	Namespace string    `json:"namespace"`
+	Strategy  Strategy  `json:"strategy"`
+	State     LockState `json:"state"`
+	// Holder is the current lease; nil when released.
+	Holder *LockHolder `json:"holder,omitempty"`
+	// Fence is the holder's token, or the last one issued when released.
+	Fence FenceInfo `json:"fence"`
+	// Revision bumps on every acquisition and renewal (TicketLock: every handoff and
+	// heartbeat; Queue: the holder row's).
+	Revision int64           `json:"revision"`
+	Waiters  []Waiter        `json:"waiters,omitempty"`
+	Tickets  *TicketCounters `json:"tickets,omitempty"`
+	Data     []byte          `json:"data,omitempty"`        // Mutex: data stored with the lease
+	Expires  time.Time       `json:"ttlExpiresAt,omitzero"` // the row's TTL (Queue: the counter's, none)
+	// LastForced is the last force-release recorded on the lock row.
+	LastForced *ForceRecord `json:"lastForced,omitempty"`
+	// Audit holds the force-release history rows, oldest first (Show only).
+	Audit []ForceRecord `json:"audit,omitempty"`
+	// ReadAt is the Inspector's clock when the lock was read.
+	ReadAt time.Time `json:"readAt"`
+}
+
+// DefaultInspectSkew is the wall-clock skew allowance an Inspector adds to a holder's
+// recorded lease end before calling its lease abandoned.
+const DefaultInspectSkew = 5 * time.Second
+
+// InspectorOption configures an Inspector.
+type InspectorOption func(*Inspector) error
+
+// InspectClock replaces the Inspector's clock (tests).
+func InspectClock(c Clock) InspectorOption {
+	return func(in *Inspector) error {
+		if c == nil {
+			return invalidOption("clock", "must not be nil")
+		}
+		in.clock = c
+		return nil
+	}
+}
+
+// InspectSkew sets the skew allowance added to a holder's recorded lease end before its
+// lease is called abandoned (default DefaultInspectSkew).
+func InspectSkew(d time.Duration) InspectorOption {
+	return func(in *Inspector) error {
+		if d < 0 {
+			return invalidOption("skew", "must not be negative, got %s", d)
+		}
+		in.skew = d
+		return nil
+	}
+}
+
+// InspectRetention sets how long a force-released row is kept before TTL removes it
+// (default DefaultRetention, as a released row).
+func InspectRetention(d time.Duration) InspectorOption {
+	return func(in *Inspector) error {
+		if d <= 0 {
+			return invalidOption("retention", "must be positive, got %s", d)
+		}
+		in.retention = d
+		return nil
+	}
+}
+
+// Inspector reads the locks of one lock table (and, with ShowItem, the lock attributes
+// of data items). It is safe for concurrent use.
+type Inspector struct {
+	db        InspectorAPI
+	table     string
+	clock     Clock
+	skew      time.Duration
+	retention time.Duration
+}
+
+// NewInspector returns an Inspector on the lock table. It validates the options.
+func NewInspector(db InspectorAPI, table string, opts ...InspectorOption) (*Inspector, error) {
+	if db == nil {
+		return nil, invalidOption("db", "must not be nil")
+	}
+	if table == "" {
+		return nil, invalidOption("table", "must not be empty")
+	}
+	in := &Inspector{db: db, table: table, clock: SystemClock, skew: DefaultInspectSkew, retention: DefaultRetention}
+	for _, o := range opts {
+		if o == nil {
+			continue
+		}
+		if err := o(in); err != nil {
+			return nil, err
+		}
+	}
+	return in, nil
+}
+
+// Table returns the lock table's name.
+func (in *Inspector) Table() string { return in.table }
+
+// Row kinds by sort key: "<ns>" (Mutex), "<ns>#ticket" (TicketLock), "<ns>#counter" and
+// "<ns>#t#<ticket>" (Queue), "<ns>#audit#<strategy>#<time>#<id>" (force-release audit).
+type rowKind int
+
+const (
+	rowUnknown rowKind = iota
+	rowMutex
+	rowTicket
+	rowQueueCounter
+	rowQueueTicket
+	rowAudit
+)
+
+// auditInfix separates a namespace from the audit row suffix. No strategy writes a sort
+// key of this form (namespaces cannot contain '#', and the strategies' suffixes are
+// "#ticket", "#counter" and "#t#"), so audit rows never collide with lock rows.
+const auditInfix = "#audit#"
+
+func classifySK(sk string) (rowKind, string) {
+	ns, rest, found := strings.Cut(sk, nsSeparator)
+	switch {
+	case !found:
+		return rowMutex, ns
+	case rest == "ticket":
+		return rowTicket, ns
+	case rest == "counter":
+		return rowQueueCounter, ns
+	case strings.HasPrefix(rest, "t#"):
+		return rowQueueTicket, ns
+	case strings.HasPrefix(rest, strings.TrimPrefix(auditInfix, nsSeparator)):
+		return rowAudit, ns
+	}
+	return rowUnknown, ns
+}
+
+func (in *Inspector) abandoned(until time.Time, now time.Time) bool {
+	return !until.IsZero() && until.Add(in.skew).Before(now)
+}
+
+func msTime(it item, attr string) time.Time {
+	if v, ok := attrN(it, attr); ok && v > 0 {
+		return time.UnixMilli(v)
+	}
+	return time.Time{}
+}
+
+func secTime(it item, attr string) time.Time {
+	if v, ok := attrN(it, attr); ok && v > 0 {
+		return time.Unix(v, 0)
+	}
+	return time.Time{}
+}
+
+// mutexLock decodes a Mutex row.
+func (in *Inspector) mutexLock(it item, now time.Time) Lock {
+	key, ns := attrS(it, attrPK), attrS(it, attrSK)
+	rev, _ := attrN(it, attrRev)
+	epoch, _ := attrN(it, attrEpoch)
+	fence, _ := attrN(it, attrFence)
+	l := Lock{Key: key, Namespace: ns, Strategy: StrategyMutex, State: LockReleased,
+		Fence: fenceInfo(makeFence(epoch, fence)), Revision: rev, Expires: secTime(it, attrExpiresAt),
+		LastForced: forcedOnRow(it, StrategyMutex), ReadAt: now}
+	if attrS(it, attrState) == stateHeld {
+		ms, _ := attrN(it, attrLeaseMs)
+		l.Holder = &LockHolder{Owner: attrS(it, attrOwner), LeaseID: attrS(it, attrLeaseID),
+			AcquiredAt: msTime(it, attrAcquiredAt), Until: msTime(it, attrUntil),
+			Lease: time.Duration(ms) * time.Millisecond}
+		l.Data = attrB(it, attrData)
+		l.State = LockHeld
+		if in.abandoned(l.Holder.Until, now) {
+			l.State = LockAbandoned
+		}
+	}
+	return l
+}
+
+// ticketLock decodes a TicketLock row.
+func (in *Inspector) ticketLock(it item, ns string, now time.Time) Lock {
+	row := parseTicketRow(it, "")
+	l := Lock{Key: attrS(it, attrPK), Namespace: ns, Strategy: StrategyTicket, State: LockReleased,
+		Revision: row.rev, Expires: secTime(it, attrExpiresAt), LastForced: forcedOnRow(it, StrategyTicket),
+		Tickets: &TicketCounters{Serving: row.serving, Next: row.next, Released: row.rel, Skipped: row.skip, Life: row.life},
+		ReadAt:  now}
+	last := min(row.serving, row.next) // the last ticket allowed in
+	l.Fence = fenceInfo(makeFence(row.epoch, last))
+	if row.exists && row.serving <= row.next && row.servedEntry {
+		l.State = LockHeld
+		l.Holder = &LockHolder{LeaseID: ticketLeaseID(row.serving), Ticket: row.serving,
+			Lease: time.Duration(row.leaseMs) * time.Millisecond}
+	}
+	var tickets []int64
+	for tk := range row.waiters {
+		if tk > row.serving {
+			tickets = append(tickets, tk)
+		}
+	}
+	slices.Sort(tickets)
+	for i, tk := range tickets {
+		l.Waiters = append(l.Waiters, Waiter{Position: i + 1, Ticket: tk, LeaseID: ticketLeaseID(tk)})
+	}
+	return l
+}
+
+func ticketLeaseID(t int64) string { return "ticket " + strconv.FormatInt(t, 10) }
+
+// queueLock decodes a Queue from its counter row and its ticket rows (in ticket order).
+func (in *Inspector) queueLock(key, ns string, counter item, rows []item, now time.Time) Lock {
+	next, _ := attrN(counter, attrNext)
+	l := Lock{Key: key, Namespace: ns, Strategy: StrategyQueue, State: LockReleased,
+		Fence: fenceInfo(Fence(next)), Tickets: &TicketCounters{Next: next},
+		LastForced: forcedOnRow(counter, StrategyQueue), ReadAt: now}
+	for i, r := range rows {
+		tk, _ := attrN(r, attrTicket)
+		rev, _ := attrN(r, attrRev)
+		ms, _ := attrN(r, attrLeaseMs)
+		until := msTime(r, attrUntil)
+		if i == 0 {
+			l.Holder = &LockHolder{Owner: attrS(r, attrOwner), LeaseID: attrS(r, attrLeaseID), Ticket: tk,
+				Heartbeat: msTime(r, attrHB), Until: until, Lease: time.Duration(ms) * time.Millisecond}
+			l.Fence, l.Revision, l.Expires = fenceInfo(Fence(tk)), rev, secTime(r, attrExpiresAt)
+			l.State = LockHeld
+			if in.abandoned(until, now) {
+				l.State = LockAbandoned
+			}
+			continue
+		}
+		l.Waiters = append(l.Waiters, Waiter{Position: i, Ticket: tk, Owner: attrS(r, attrOwner),
+			LeaseID: attrS(r, attrLeaseID), Heartbeat: msTime(r, attrHB), Until: until, Revision: rev,
+			Abandoned: in.abandoned(until, now)})
+	}
+	return l
+}
+
+// ShowOptions narrow Show to one namespace and/or strategy.
+type ShowOptions struct {
+	Namespace string   // "" = every namespace
+	Strategy  Strategy // "" = every strategy (not StrategyItem: use ShowItem)
+}
+
+// Show reads every lock on key (all namespaces and strategies unless opts narrow it)
+// with strongly consistent, paginated Queries of the key's partition, together with
+// each lock's force-release history. It returns an error matching ErrLockNotFound when
+// there is none.
+func (in *Inspector) Show(ctx context.Context, key string, opts ShowOptions) ([]Lock, error) {
+	if err := validatePK("key", key); err != nil {
+		return nil, err
+	}
+	if opts.Namespace != "" {
+		if err := validateSK("namespace", opts.Namespace, 0); err != nil {
+			return nil, err
+		}
+	}
+	if opts.Strategy != "" {
+		if _, err := ParseStrategy(string(opts.Strategy)); err != nil {
+			return nil, err
+		}
+		if opts.Strategy == StrategyItem {
+			return nil, invalidOption("strategy", "item locks live on data items: use ShowItem")
+		}
+	}
+	kc := expression.Key(attrPK).Equal(expression.Value(key))
+	if opts.Namespace != "" {
+		// The namespace's rows: "<ns>" itself and "<ns>#...". begins_with("<ns>") also
+		// matches longer namespaces ("<ns>x"): classifySK filters those out below.
+		kc = kc.And(expression.Key(attrSK).BeginsWith(opts.Namespace))
+	}
+	items, err := in.query(ctx, kc, true)
+	if err != nil {
+		return nil, fmt.Errorf("lockcore: show %q: %w", key, err)
+	}
+	now := in.clock.Now()
+	locks := in.assemble(items, now, func(k rowKind, ns string) bool {
+		if opts.Namespace != "" && ns != opts.Namespace {
+			return false
+		}
+		return opts.Strategy == "" || opts.Strategy == strategyOf(k)
+	})
+	if len(locks) == 0 {
+		what := fmt.Sprintf("%q", key)
+		if opts.Namespace != "" {
+			what += " namespace " + strconv.Quote(opts.Namespace)
+		}
+		if opts.Strategy != "" {
+			what += " strategy " + string(opts.Strategy)
+		}
+		return nil, fmt.Errorf("lockcore: show %s in table %s: %w", what, in.table, ErrLockNotFound)
+	}
+	return locks, nil
+}
+
+func strategyOf(k rowKind) Strategy {
+	switch k {
+	case rowMutex:
+		return StrategyMutex
+	case rowTicket:
+		return StrategyTicket
+	case rowQueueCounter, rowQueueTicket:
+		return StrategyQueue
+	}
+	return ""
+}
+
+// assemble turns the rows of one partition (sorted by sort key) into locks, keeping
+// those keep accepts, each with its audit history.
+func (in *Inspector) assemble(items []item, now time.Time, keep func(rowKind, string) bool) []Lock {
+	type qkey struct{ ns string }
+	var locks []Lock
+	audits := map[string][]ForceRecord{} // ns + "\x00" + strategy → records
+	queueRows := map[qkey][]item{}
+	counters := map[qkey]item{}
+	var queueOrder []qkey
+	for _, it := range items {
+		kind, ns := classifySK(attrS(it, attrSK))
+		switch kind {
+		case rowAudit:
+			r := auditRecord(it)
+			audits[ns+"\x00"+string(r.Strategy)] = append(audits[ns+"\x00"+string(r.Strategy)], r)
+			continue
+		case rowUnknown:
+			continue
+		}
+		if !keep(kind, ns) {
+			continue
+		}
+		switch kind {
+		case rowMutex:
+			locks = append(locks, in.mutexLock(it, now))
+		case rowTicket:
+			locks = append(locks, in.ticketLock(it, ns, now))
+		case rowQueueCounter:
+			if _, seen := counters[qkey{ns}]; !seen {
+				queueOrder = append(queueOrder, qkey{ns})
+			}
+			counters[qkey{ns}] = it
+		case rowQueueTicket:
+			if _, seen := counters[qkey{ns}]; !seen {
+				counters[qkey{ns}] = nil
+				queueOrder = append(queueOrder, qkey{ns})
+			}
+			queueRows[qkey{ns}] = append(queueRows[qkey{ns}], it)
+		}
+	}
+	for _, q := range queueOrder {
+		key := ""
+		if c := counters[q]; c != nil {
+			key = attrS(c, attrPK)
+		} else {
+			key = attrS(queueRows[q][0], attrPK)
+		}
+		locks = append(locks, in.queueLock(key, q.ns, counters[q], queueRows[q], now))
+	}
+	for i := range locks {
+		recs := audits[locks[i].Namespace+"\x00"+string(locks[i].Strategy)]
+		slices.SortFunc(recs, func(a, b ForceRecord) int { return a.At.Compare(b.At) })
+		locks[i].Audit = recs
+	}
+	slices.SortStableFunc(locks, func(a, b Lock) int {
+		if c := strings.Compare(a.Namespace, b.Namespace); c != 0 {
+			return c
+		}
+		return strings.Compare(string(a.Strategy), string(b.Strategy))
+	})
+	return locks
+}
+
+// query runs a paginated Query on the lock table.
+func (in *Inspector) query(ctx context.Context, kc expression.KeyConditionBuilder, consistent bool) ([]item, error) {
+	e, err := expression.NewBuilder().WithKeyCondition(kc).Build()
+	if err != nil {
+		return nil, err
+	}
+	var items []item
+	var start item
+	for {
+		out, err := in.db.Query(ctx, &dynamodb.QueryInput{
+			TableName:                 aws.String(in.table),
+			KeyConditionExpression:    e.KeyCondition(),
+			ExpressionAttributeNames:  e.Names(),
+			ExpressionAttributeValues: e.Values(),
+			ConsistentRead:            aws.Bool(consistent),
+			ExclusiveStartKey:         start,
+		})
+		if err != nil {
+			return nil, err
+		}
+		items = append(items, out.Items...)
+		if len(out.LastEvaluatedKey) == 0 {
+			return items, nil
+		}
+		start = out.LastEvaluatedKey
+	}
+}
+
+// ListOptions configure one page of List.
+type ListOptions struct {
+	// PageSize bounds the rows DynamoDB reads for this page (Scan's Limit); 0 reads up
+	// to DynamoDB's 1 MB page. A page may hold fewer locks than rows read (lockcore's
+	// own rows, queue ticket rows and audit rows are not locks; States filters).
+	PageSize int32
+	// PageToken continues a listing: the Next of the previous page ("" to start).
+	PageToken string
+	// States keeps only locks in these states (empty: all).
+	States []LockState
+	// Strategies keeps only locks of these strategies (empty: all lock-table strategies).
+	Strategies []Strategy
+	// Consistent makes the reads strongly consistent (twice the read capacity).
+	Consistent bool
+}
+
+// ListPage is one page of a listing.
+type ListPage struct {
+	Locks []Lock `json:"locks"`
+	// Next continues the listing with ListOptions.PageToken; "" when the table is done.
+	Next string `json:"next,omitempty"`
+}
+
+// List reads one page of the lock table with Scan and returns its locks: Mutex rows,
+// TicketLock rows and Queues (one entry per queue, from its counter row; its ticket
+// rows are read with a Query of that queue). lockcore's bookkeeping rows (partition
+// keys starting with "turnstile#") and audit rows are skipped. Call it again with
+// PageToken = Next until Next is "" (or use Each).
+func (in *Inspector) List(ctx context.Context, opts ListOptions) (ListPage, error) {
+	if opts.PageSize < 0 {
+		return ListPage{}, invalidOption("pageSize", "must not be negative, got %d", opts.PageSize)
+	}
+	for _, st := range opts.States {
+		if _, err := ParseLockState(string(st)); err != nil {
+			return ListPage{}, err
+		}
+	}
+	for _, st := range opts.Strategies {
+		if _, err := ParseStrategy(string(st)); err != nil {
+			return ListPage{}, err
+		}
+	}
+	start, err := decodePageToken(opts.PageToken)
+	if err != nil {
+		return ListPage{}, err
+	}
+	e := expr(expression.NewBuilder().WithFilter(
+		expression.Not(expression.BeginsWith(name(attrPK), reservedPrefix))))
+	in2 := &dynamodb.ScanInput{
+		TableName:                 aws.String(in.table),
+		FilterExpression:          e.Filter(),
+		ExpressionAttributeNames:  e.Names(),
+		ExpressionAttributeValues: e.Values(),
+		ConsistentRead:            aws.Bool(opts.Consistent),
+		ExclusiveStartKey:         start,
+	}
+	if opts.PageSize > 0 {
+		in2.Limit = aws.Int32(opts.PageSize)
+	}
+	out, err := in.db.Scan(ctx, in2)
+	if err != nil {
+		return ListPage{}, fmt.Errorf("lockcore: list %s: %w", in.table, err)
+	}
+	now := in.clock.Now()
+	var page ListPage
+	for _, it := range out.Items {
+		kind, ns := classifySK(attrS(it, attrSK))
+		var l Lock
+		switch kind {
+		case rowMutex:
+			l = in.mutexLock(it, now)
+		case rowTicket:
+			l = in.ticketLock(it, ns, now)
+		case rowQueueCounter:
+			key := attrS(it, attrPK)
+			rows, err := in.query(ctx, expression.Key(attrPK).Equal(expression.Value(key)).
+				And(expression.Key(attrSK).BeginsWith(ticketPrefix(ns))), opts.Consistent)
+			if err != nil {
+				return ListPage{}, fmt.Errorf("lockcore: list %s: queue %q: %w", in.table, key, err)
+			}
+			l = in.queueLock(key, ns, it, rows, now)
+		default:
+			continue // queue ticket rows (read with their counter), audit rows
+		}
+		if (len(opts.States) == 0 || slices.Contains(opts.States, l.State)) &&
+			(len(opts.Strategies) == 0 || slices.Contains(opts.Strategies, l.Strategy)) {
+			page.Locks = append(page.Locks, l)
+		}
+	}
+	if len(out.LastEvaluatedKey) > 0 {
+		if page.Next, err = encodePageToken(out.LastEvaluatedKey); err != nil {
+			return ListPage{}, fmt.Errorf("lockcore: list %s: %w", in.table, err)
+		}
+	}
+	return page, nil
+}
+
+// Each lists the whole table (opts.PageToken onwards), calling fn for every lock until
+// fn returns an error, which Each returns.
+func (in *Inspector) Each(ctx context.Context, opts ListOptions, fn func(Lock) error) error {
+	for {
+		page, err := in.List(ctx, opts)
+		if err != nil {
+			return err
+		}
+		for _, l := range page.Locks {
+			if err := fn(l); err != nil {
+				return err
+			}
+		}
+		if page.Next == "" {
+			return nil
+		}
+		opts.PageToken = page.Next
+	}
+}
+
+// Page tokens are the Scan's LastEvaluatedKey (the lock table's string keys), as
+// base64url JSON.
+type pageToken struct {
+	PK string `json:"pk"`
+	SK string `json:"sk"`
+}
+
+func encodePageToken(k item) (string, error) {
+	pk, ok1 := k[attrPK].(*types.AttributeValueMemberS)
+	sk, ok2 := k[attrSK].(*types.AttributeValueMemberS)
+	if !ok1 || !ok2 || len(k) != 2 {
+		return "", fmt.Errorf("unexpected scan position (is this a lock table with string keys pk and sk?)")
+	}
+	b, err := json.Marshal(pageToken{PK: pk.Value, SK: sk.Value})
+	if err != nil {
+		return "", err
+	}
+	return base64.RawURLEncoding.EncodeToString(b), nil
+}
+
+func decodePageToken(tok string) (item, error) {
+	if tok == "" {
+		return nil, nil
+	}
+	b, err := base64.RawURLEncoding.DecodeString(tok)
+	var pt pageToken
+	if err == nil {
+		err = json.Unmarshal(b, &pt)
+	}
+	if err != nil || pt.PK == "" || pt.SK == "" {
+		return nil, invalidOption("pageToken", "not a token returned by List")
+	}
+	return item{attrPK: s(pt.PK), attrSK: s(pt.SK)}, nil
+}
+
+// ItemLock is what ShowItem reports about the lock attributes of a data item.
+type ItemLock struct {
+	Table    string            `json:"table"`
+	Key      map[string]string `json:"key"` // key attribute → value as text
+	State    LockState         `json:"state"`
+	Holder   *LockHolder       `json:"holder,omitempty"`
+	Fence    FenceInfo         `json:"fence"` // the item's acquisition count (restarts if the item is deleted)
+	Revision int64             `json:"revision"`
+	Exists   bool              `json:"exists"` // the item exists
+	ReadAt   time.Time         `json:"readAt"`
+}
+
+// ShowItem reads the lock attributes an ItemLocker keeps on the data item with primary
+// key key in table, with a strongly consistent GetItem. attrs names the attributes; its
+// zero value means DefaultItemAttributes. Locking reads have no waiters (each waiter
+// retries the conditional write on its own).
+func (in *Inspector) ShowItem(ctx context.Context, table string, key map[string]types.AttributeValue, attrs ItemAttributes) (*ItemLock, error) {
+	if table == "" {
+		return nil, invalidOption("table", "must not be empty")
+	}
+	if attrs == (ItemAttributes{}) {
+		attrs = DefaultItemAttributes
+	}
+	il := &ItemLocker{attrs: attrs}
+	if err := WithItemAttributes(attrs)(il); err != nil {
+		return nil, err
+	}
+	if err := il.validateKey(key); err != nil {
+		return nil, err
+	}
+	it, err := in.get(ctx, table, key)
+	if err != nil {
+		return nil, fmt.Errorf("lockcore: show item %s in %s: %w", keyLabel(key), table, err)
+	}
+	now := in.clock.Now()
+	out := &ItemLock{Table: table, Key: map[string]string{}, State: LockReleased, Exists: it != nil, ReadAt: now}
+	for k, v := range key {
+		out.Key[k] = avText(v)
+	}
+	fence, _ := attrN(it, attrs.Fence)
+	rev, _ := attrN(it, attrs.Rev)
+	out.Fence, out.Revision = fenceInfo(Fence(fence)), rev
+	if id := attrS(it, attrs.LockedBy); id != "" {
+		ms, _ := attrN(it, attrs.LeaseMs)
+		out.Holder = &LockHolder{Owner: attrS(it, attrs.Owner), LeaseID: id,
+			AcquiredAt: msTime(it, attrs.LockTime), Until: msTime(it, attrs.Until),
+			Lease: time.Duration(ms) * time.Millisecond}
+		out.State = LockHeld
+		if in.abandoned(out.Holder.Until, now) {
+			out.State = LockAbandoned
+		}
+	}
+	return out, nil
+}
+
+func avText(v types.AttributeValue) string {
+	switch x := v.(type) {
+	case *types.AttributeValueMemberS:
+		return x.Value
+	case *types.AttributeValueMemberN:
+		return x.Value
+	case *types.AttributeValueMemberB:
+		return base64.StdEncoding.EncodeToString(x.Value)
+	}
+	return fmt.Sprintf("%T", v)
+}
+
+// get reads one item with a strongly consistent GetItem (nil: no such item).
+func (in *Inspector) get(ctx context.Context, table string, key item) (item, error) {
+	out, err := in.db.GetItem(ctx, &dynamodb.GetItemInput{
+		TableName: aws.String(table), Key: key, ConsistentRead: aws.Bool(true),
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out.Item, nil
+}

@@ -1,0 +1,514 @@
+package lockcore_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/turnstile-locks/turnstile/lockcore"
+)
+
+// offsetClock is the system clock shifted by a fixed offset.
+type offsetClock struct{ d time.Duration }
+
+func (c offsetClock) Now() time.Time { return time.Now().Add(c.d) }
+
+func inspector(t *testing.T, e *env, opts ...lockcore.InspectorOption) *lockcore.Inspector {
+	t.Helper()
+	in, err := lockcore.NewInspector(e.db, e.locks, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return in
+}
+
+func showOne(t *testing.T, ctx context.Context, in *lockcore.Inspector, key string, opts lockcore.ShowOptions) lockcore.Lock {
+	t.Helper()
+	locks, err := in.Show(ctx, key, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(locks) != 1 {
+		t.Fatalf("Show(%q, %+v): %d locks, want 1: %+v", key, opts, len(locks), locks)
+	}
+	return locks[0]
+}
+
+func TestInspectMutex(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ctx := ctxT(t, time.Minute)
+	m, _ := lockcore.NewMutex(e.db, e.locks, fast("worker-a")...)
+	before := time.Now()
+	l, err := m.Acquire(ctx, "sku#GPU", lockcore.Data([]byte("ord-1")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := inspector(t, e)
+	got := showOne(t, ctx, in, "sku#GPU", lockcore.ShowOptions{})
+	if got.Strategy != lockcore.StrategyMutex || got.State != lockcore.LockHeld || got.Namespace != "lock" {
+		t.Fatalf("lock = %+v, want a held mutex in namespace lock", got)
+	}
+	h := got.Holder
+	if h == nil || h.Owner != "worker-a" || h.LeaseID != l.ID() || h.Lease != 3*time.Second {
+		t.Fatalf("holder = %+v, want worker-a with lease %s", h, l.ID())
+	}
+	// Until moves with every heartbeat; acquiredAt stays.
+	if h.AcquiredAt.Before(before.Add(-time.Second)) || h.Until.Sub(h.AcquiredAt) < 3*time.Second || h.Until.After(time.Now().Add(4*time.Second)) {
+		t.Fatalf("acquired %v until %v", h.AcquiredAt, h.Until)
+	}
+	if got.Fence.Token != l.Token() || got.Fence.Epoch != l.Token().Epoch() || got.Fence.Seq != 1 || got.Fence.Epoch < 1 {
+		t.Fatalf("fence = %+v, lease token %d", got.Fence, l.Token())
+	}
+	if got.Revision < 1 || string(got.Data) != "ord-1" {
+		t.Fatalf("revision %d data %q", got.Revision, got.Data)
+	}
+	// An hour later by the inspector's clock the lease is abandoned (nobody took it over).
+	later := inspector(t, e, lockcore.InspectClock(offsetClock{time.Hour}))
+	if st := showOne(t, ctx, later, "sku#GPU", lockcore.ShowOptions{}).State; st != lockcore.LockAbandoned {
+		t.Fatalf("an hour later: state %s, want abandoned", st)
+	}
+	// The skew allowance counts: 5s ahead is 2s past the lease end, within a 10s allowance.
+	near := inspector(t, e, lockcore.InspectClock(offsetClock{5 * time.Second}), lockcore.InspectSkew(10*time.Second))
+	if st := showOne(t, ctx, near, "sku#GPU", lockcore.ShowOptions{}).State; st != lockcore.LockHeld {
+		t.Fatalf("within the skew allowance: state %s, want held", st)
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	got = showOne(t, ctx, in, "sku#GPU", lockcore.ShowOptions{Strategy: lockcore.StrategyMutex, Namespace: "lock"})
+	if got.State != lockcore.LockReleased || got.Holder != nil || got.Fence.Token != l.Token() {
+		t.Fatalf("after release: %+v", got)
+	}
+	// Errors: unknown key, bad arguments.
+	if _, err := in.Show(ctx, "sku#NONE", lockcore.ShowOptions{}); !errors.Is(err, lockcore.ErrLockNotFound) {
+		t.Fatalf("unknown key: %v", err)
+	}
+	if _, err := in.Show(ctx, "sku#GPU", lockcore.ShowOptions{Namespace: "a#b"}); !errors.Is(err, lockcore.ErrInvalidKey) {
+		t.Fatalf("bad namespace: %v", err)
+	}
+	if _, err := in.Show(ctx, "turnstile#fence#0001", lockcore.ShowOptions{}); !errors.Is(err, lockcore.ErrInvalidKey) {
+		t.Fatalf("reserved key: %v", err)
+	}
+	if _, err := in.Show(ctx, "sku#GPU", lockcore.ShowOptions{Strategy: "semaphore"}); !errors.Is(err, lockcore.ErrInvalidOption) {
+		t.Fatalf("bad strategy: %v", err)
+	}
+	if _, err := lockcore.NewInspector(nil, e.locks); !errors.Is(err, lockcore.ErrInvalidOption) {
+		t.Fatalf("nil db: %v", err)
+	}
+}
+
+// waitFor polls cond every 20ms until it holds or d passes.
+func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func TestInspectTicketWaiters(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ctx := ctxT(t, time.Minute)
+	a, _ := lockcore.NewTicketLock(e.db, e.locks, fast("a")...)
+	la, err := a.Acquire(ctx, "hot")
+	if err != nil {
+		t.Fatal(err)
+	}
+	wctx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	for i, owner := range []string{"b", "c"} {
+		w, _ := lockcore.NewTicketLock(e.db, e.locks, fast(owner)...)
+		if i == 1 {
+			in := inspector(t, e)
+			waitFor(t, 10*time.Second, "first waiter", func() bool {
+				l, err := in.Show(ctx, "hot", lockcore.ShowOptions{})
+				return err == nil && len(l[0].Waiters) == 1
+			})
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if l, err := w.Acquire(wctx, "hot"); err == nil {
+				_ = l.Release(context.Background())
+			}
+		}()
+	}
+	in := inspector(t, e)
+	var got lockcore.Lock
+	waitFor(t, 10*time.Second, "two waiters", func() bool {
+		got = showOne(t, ctx, in, "hot", lockcore.ShowOptions{Strategy: lockcore.StrategyTicket})
+		return len(got.Waiters) == 2
+	})
+	if got.State != lockcore.LockHeld || got.Holder == nil || got.Holder.LeaseID != "ticket 1" || got.Holder.Ticket != 1 {
+		t.Fatalf("holder: %+v %+v", got.State, got.Holder)
+	}
+	if got.Fence.Token != la.Token() || got.Fence.Seq != 1 {
+		t.Fatalf("fence %+v, lease token %d", got.Fence, la.Token())
+	}
+	for i, w := range got.Waiters {
+		if w.Position != i+1 || w.Ticket != int64(i+2) || w.LeaseID != fmt.Sprintf("ticket %d", i+2) || w.Owner != "" {
+			t.Fatalf("waiter %d = %+v", i, w)
+		}
+	}
+	if got.Tickets == nil || got.Tickets.Serving != 1 || got.Tickets.Next != 3 {
+		t.Fatalf("counters %+v", got.Tickets)
+	}
+	cancel()
+	wg.Wait()
+	if err := la.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestInspectQueueWaiters(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ctx := ctxT(t, time.Minute)
+	a, _ := lockcore.NewQueue(e.db, e.locks, fast("a")...)
+	la, err := a.Acquire(ctx, "q")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := lockcore.NewQueue(e.db, e.locks, fast("b")...)
+	wctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if l, err := b.Acquire(wctx, "q"); err == nil {
+			_ = l.Release(context.Background())
+		}
+	}()
+	in := inspector(t, e)
+	var got lockcore.Lock
+	waitFor(t, 10*time.Second, "queue waiter", func() bool {
+		got = showOne(t, ctx, in, "q", lockcore.ShowOptions{Namespace: "queue"})
+		return len(got.Waiters) == 1
+	})
+	if got.Strategy != lockcore.StrategyQueue || got.State != lockcore.LockHeld || got.Holder.Owner != "a" ||
+		got.Holder.LeaseID != la.ID() || got.Holder.Ticket != 1 || got.Fence.Token != la.Token() {
+		t.Fatalf("queue: %+v holder %+v", got, got.Holder)
+	}
+	if w := got.Waiters[0]; w.Owner != "b" || w.Ticket != 2 || w.Position != 1 || w.Until.IsZero() || w.Abandoned {
+		t.Fatalf("waiter %+v", w)
+	}
+	cancel()
+	<-done
+	if err := la.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "empty queue", func() bool {
+		got = showOne(t, ctx, in, "q", lockcore.ShowOptions{})
+		return got.State == lockcore.LockReleased && len(got.Waiters) == 0
+	})
+	if got.Tickets.Next != 2 {
+		t.Fatalf("counter %+v", got.Tickets)
+	}
+}
+
+func TestInspectItem(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ctx := ctxT(t, time.Minute)
+	il, _ := lockcore.NewItemLocker(e.db, e.data, fast("a"))
+	l, err := il.Acquire(ctx, dataKey("SKU#apple"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := inspector(t, e)
+	got, err := in.ShowItem(ctx, e.data, dataKey("SKU#apple"), lockcore.ItemAttributes{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.State != lockcore.LockHeld || got.Holder.Owner != "a" || got.Holder.LeaseID != l.ID() || got.Fence.Token != l.Token() || !got.Exists {
+		t.Fatalf("item lock %+v holder %+v", got, got.Holder)
+	}
+	if got.Key["pk"] != "SKU#apple" {
+		t.Fatalf("key %v", got.Key)
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ = in.ShowItem(ctx, e.data, dataKey("SKU#apple"), lockcore.ItemAttributes{}); got.State != lockcore.LockReleased || got.Holder != nil {
+		t.Fatalf("after release %+v", got)
+	}
+	if _, err := in.ShowItem(ctx, e.data, nil, lockcore.ItemAttributes{}); !errors.Is(err, lockcore.ErrInvalidKey) {
+		t.Fatalf("empty key: %v", err)
+	}
+}
+
+func TestListPaginated(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ctx := ctxT(t, 2*time.Minute)
+	m, _ := lockcore.NewMutex(e.db, e.locks, fast("m", lockcore.WithHeartbeat(0))...)
+	want := map[string]lockcore.LockState{}
+	for i := range 7 {
+		key := fmt.Sprintf("k%02d", i)
+		l, err := m.Acquire(ctx, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want[key+"/lock/mutex"] = lockcore.LockHeld
+		if i%2 == 0 {
+			if err := l.Release(ctx); err != nil {
+				t.Fatal(err)
+			}
+			want[key+"/lock/mutex"] = lockcore.LockReleased
+		}
+	}
+	tl, _ := lockcore.NewTicketLock(e.db, e.locks, fast("t")...)
+	lt, err := tl.Acquire(ctx, "k01")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = lt.Release(ctx) }()
+	want["k01/lock/ticket"] = lockcore.LockHeld
+	q, _ := lockcore.NewQueue(e.db, e.locks, fast("q")...)
+	lq, err := q.Acquire(ctx, "k02", lockcore.Namespace("jobs"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = lq.Release(ctx) }()
+	want["k02/jobs/queue"] = lockcore.LockHeld
+
+	in := inspector(t, e)
+	got := map[string]lockcore.LockState{}
+	opts := lockcore.ListOptions{PageSize: 2, Consistent: true}
+	pages := 0
+	for {
+		page, err := in.List(ctx, opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pages++
+		for _, l := range page.Locks {
+			id := l.Key + "/" + l.Namespace + "/" + string(l.Strategy)
+			if _, dup := got[id]; dup {
+				t.Fatalf("%s listed twice", id)
+			}
+			got[id] = l.State
+		}
+		if page.Next == "" {
+			break
+		}
+		opts.PageToken = page.Next
+	}
+	if pages < 4 {
+		t.Fatalf("%d pages of at most 2 rows, want at least 4", pages)
+	}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("listed %v\nwant   %v", got, want)
+	}
+	// Filters, through Each.
+	var held []string
+	err = in.Each(ctx, lockcore.ListOptions{States: []lockcore.LockState{lockcore.LockHeld}, Strategies: []lockcore.Strategy{lockcore.StrategyMutex}},
+		func(l lockcore.Lock) error { held = append(held, l.Key); return nil })
+	slices.Sort(held)
+	if err != nil || fmt.Sprint(held) != "[k01 k03 k05]" {
+		t.Fatalf("held mutexes %v, %v", held, err)
+	}
+	// Abandoned: by a clock an hour ahead every held lease with a recorded lease end is.
+	later := inspector(t, e, lockcore.InspectClock(offsetClock{time.Hour}))
+	var abandoned []string
+	err = later.Each(ctx, lockcore.ListOptions{States: []lockcore.LockState{lockcore.LockAbandoned}},
+		func(l lockcore.Lock) error { abandoned = append(abandoned, l.Key+"/"+string(l.Strategy)); return nil })
+	if err != nil || len(abandoned) != 4 { // 3 mutexes + the queue; ticket rows record no lease end
+		t.Fatalf("abandoned %v, %v", abandoned, err)
+	}
+	if _, err := in.List(ctx, lockcore.ListOptions{PageToken: "garbage"}); !errors.Is(err, lockcore.ErrInvalidOption) {
+		t.Fatalf("bad token: %v", err)
+	}
+	if _, err := in.List(ctx, lockcore.ListOptions{States: []lockcore.LockState{"stuck"}}); !errors.Is(err, lockcore.ErrInvalidOption) {
+		t.Fatalf("bad state: %v", err)
+	}
+}
+
+// guardedPut writes a data item in a transaction guarded by the lease.
+func guardedPut(ctx context.Context, e *env, guard types.TransactWriteItem, l *lockcore.Lease, v string) error {
+	_, err := e.db.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: []types.TransactWriteItem{
+		guard,
+		{Put: &types.Put{TableName: aws.String(e.data), Item: map[string]types.AttributeValue{
+			"pk": &types.AttributeValueMemberS{Value: "doc"}, "sk": &types.AttributeValueMemberS{Value: "STOCK"},
+			"v": &types.AttributeValueMemberS{Value: v}}}},
+	}})
+	return lockcore.GuardedWriteError(err, 0, l)
+}
+
+// TestForceReleaseMutexRacingHolder force-releases a live holder that heartbeats every
+// 50ms and writes under GuardCheck in a loop: the holder's next guarded write, renew and
+// release fail with ErrLeaseLost, the next holder's token exceeds the ended one, and the
+// audit record is on the row and in the history.
+func TestForceReleaseMutexRacingHolder(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ctx := ctxT(t, time.Minute)
+	m, _ := lockcore.NewMutex(e.db, e.locks, fast("holder", lockcore.WithHeartbeat(50*time.Millisecond))...)
+	l, err := m.Acquire(ctx, "sku#GPU")
+	if err != nil {
+		t.Fatal(err)
+	}
+	guard, err := m.GuardCheck(l)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The holder writes under its lease until a write fails.
+	writes := make(chan error, 1)
+	var n int
+	go func() {
+		for {
+			n++
+			if err := guardedPut(ctx, e, guard, l, fmt.Sprint(n)); err != nil {
+				writes <- err
+				return
+			}
+		}
+	}()
+	time.Sleep(200 * time.Millisecond) // several heartbeats and writes
+	in := inspector(t, e)
+	if _, err := in.ForceRelease(ctx, "sku#GPU", lockcore.ForceOptions{Actor: "alice", Reason: "stuck", LeaseID: "someone-else#1"}); !errors.Is(err, lockcore.ErrNotHeld) {
+		t.Fatalf("force-release of a lease that is not current: %v, want ErrNotHeld", err)
+	}
+	rec, err := in.ForceRelease(ctx, "sku#GPU", lockcore.ForceOptions{Actor: "alice", Reason: "holder stuck on a hung API call"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rec.LeaseID != l.ID() || rec.Owner != "holder" || rec.Token.Token != l.Token() || rec.Actor != "alice" || rec.At.IsZero() {
+		t.Fatalf("record %+v, lease %s token %d", rec, l.ID(), l.Token())
+	}
+	// The holder's next guarded write fails with ErrLeaseLost.
+	select {
+	case err := <-writes:
+		if !errors.Is(err, lockcore.ErrLeaseLost) {
+			t.Fatalf("guarded write after force-release: %v, want ErrLeaseLost", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the holder's guarded writes kept succeeding after the force-release")
+	}
+	if err := guardedPut(ctx, e, guard, l, "late"); !errors.Is(err, lockcore.ErrLeaseLost) {
+		t.Fatalf("late guarded write: %v, want ErrLeaseLost", err)
+	}
+	if err := l.Renew(ctx); !errors.Is(err, lockcore.ErrLeaseLost) {
+		t.Fatalf("renew after force-release: %v, want ErrLeaseLost", err)
+	}
+	select {
+	case <-l.Done():
+	case <-time.After(5 * time.Second):
+		t.Fatal("lease not done after its renewal failed")
+	}
+	if err := l.Release(ctx); !errors.Is(err, lockcore.ErrLeaseLost) {
+		t.Fatalf("release after force-release: %v, want ErrLeaseLost", err)
+	}
+	// Nothing is held now; the next holder gets a token above anything the old one had.
+	if _, err := in.ForceRelease(ctx, "sku#GPU", lockcore.ForceOptions{Actor: "alice", Reason: "again"}); !errors.Is(err, lockcore.ErrNotHeld) {
+		t.Fatalf("second force-release: %v, want ErrNotHeld", err)
+	}
+	m2, _ := lockcore.NewMutex(e.db, e.locks, fast("next")...)
+	l2, err := m2.Acquire(ctx, "sku#GPU", lockcore.Wait(lockcore.NoWait()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l2.Token() <= l.Token()+1 {
+		t.Fatalf("next token %d, want above %d+1 (the force-release bumps the fence)", l2.Token(), l.Token())
+	}
+	got := showOne(t, ctx, in, "sku#GPU", lockcore.ShowOptions{})
+	if got.Holder == nil || got.Holder.Owner != "next" || got.LastForced == nil || got.LastForced.ID != rec.ID ||
+		got.LastForced.Reason != rec.Reason || got.LastForced.LeaseID != l.ID() {
+		t.Fatalf("show after force-release: %+v, last forced %+v", got, got.LastForced)
+	}
+	if len(got.Audit) != 1 || got.Audit[0].ID != rec.ID || got.Audit[0].Actor != "alice" || got.Audit[0].Token.Token != l.Token() ||
+		got.Audit[0].Strategy != lockcore.StrategyMutex || got.Audit[0].Namespace != "lock" || got.Audit[0].Owner != "holder" {
+		t.Fatalf("audit history %+v", got.Audit)
+	}
+	if err := l2.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// Audit rows are not locks: a listing shows one lock.
+	page, err := in.List(ctx, lockcore.ListOptions{})
+	if err != nil || len(page.Locks) != 1 {
+		t.Fatalf("list: %+v, %v", page.Locks, err)
+	}
+	// Arguments.
+	for _, o := range []lockcore.ForceOptions{{Reason: "x"}, {Actor: "x"}, {Actor: "x", Reason: "x", Strategy: lockcore.StrategyQueue}} {
+		if _, err := in.ForceRelease(ctx, "sku#GPU", o); !errors.Is(err, lockcore.ErrInvalidOption) {
+			t.Fatalf("ForceRelease(%+v): %v, want ErrInvalidOption", o, err)
+		}
+	}
+}
+
+// TestForceReleaseTicket ends a TicketLock holder's lease: its waiter enters with a
+// higher token, and the old holder's guarded write, renew and release fail.
+func TestForceReleaseTicket(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ctx := ctxT(t, time.Minute)
+	a, _ := lockcore.NewTicketLock(e.db, e.locks, fast("a")...)
+	la, err := a.Acquire(ctx, "hot")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := lockcore.NewTicketLock(e.db, e.locks, fast("b")...)
+	got := make(chan *lockcore.Lease, 1)
+	go func() {
+		l, err := b.Acquire(ctx, "hot")
+		if err != nil {
+			t.Error(err)
+		}
+		got <- l
+	}()
+	in := inspector(t, e)
+	waitFor(t, 10*time.Second, "waiter", func() bool {
+		return len(showOne(t, ctx, in, "hot", lockcore.ShowOptions{}).Waiters) == 1
+	})
+	rec, err := in.ForceRelease(ctx, "hot", lockcore.ForceOptions{Strategy: lockcore.StrategyTicket, Actor: "bob", Reason: "deadlocked", LeaseID: "ticket 1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rec.LeaseID != "ticket 1" || rec.Token.Token != la.Token() {
+		t.Fatalf("record %+v, token %d", rec, la.Token())
+	}
+	var lb *lockcore.Lease
+	select {
+	case lb = <-got:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the waiter did not enter after the force-release")
+	}
+	if lb == nil {
+		t.FailNow()
+	}
+	if lb.Token() <= la.Token() {
+		t.Fatalf("waiter token %d, want above %d", lb.Token(), la.Token())
+	}
+	guard, _ := a.GuardCheck(la)
+	if err := guardedPut(ctx, e, guard, la, "a"); !errors.Is(err, lockcore.ErrLeaseLost) {
+		t.Fatalf("old holder's guarded write: %v, want ErrLeaseLost", err)
+	}
+	if err := la.Renew(ctx); !errors.Is(err, lockcore.ErrLeaseLost) {
+		t.Fatalf("old holder's renew: %v", err)
+	}
+	if err := la.Release(ctx); !errors.Is(err, lockcore.ErrLeaseLost) {
+		t.Fatalf("old holder's release: %v", err)
+	}
+	show := showOne(t, ctx, in, "hot", lockcore.ShowOptions{Strategy: lockcore.StrategyTicket})
+	if show.Holder == nil || show.Holder.Ticket != 2 || show.LastForced == nil || show.LastForced.Actor != "bob" || len(show.Audit) != 1 {
+		t.Fatalf("show %+v holder %+v forced %+v", show, show.Holder, show.LastForced)
+	}
+	if err := lb.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := in.ForceRelease(ctx, "hot", lockcore.ForceOptions{Strategy: lockcore.StrategyTicket, Actor: "bob", Reason: "x"}); !errors.Is(err, lockcore.ErrNotHeld) {
+		t.Fatalf("force-release of a free ticket lock: %v", err)
+	}
+}

@@ -1,0 +1,357 @@
+package lockcore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/expression"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+)
+
+// ForceRecord is the audit record of one force-release.
+type ForceRecord struct {
+	ID        string    `json:"id"`
+	Actor     string    `json:"actor"`
+	Reason    string    `json:"reason"`
+	At        time.Time `json:"at"`
+	Strategy  Strategy  `json:"strategy"`
+	Key       string    `json:"key"`
+	Namespace string    `json:"namespace"`
+	// The lease it ended: id ("ticket N" for a TicketLock), owner, token.
+	LeaseID string    `json:"leaseId"`
+	Owner   string    `json:"owner,omitempty"`
+	Token   FenceInfo `json:"token"`
+}
+
+// ErrNotHeld means a force-release found no lease to end: the lock is released, or the
+// lease the caller named (ForceOptions.LeaseID) is no longer the current one.
+var ErrNotHeld = errors.New("lockcore: lock not held by the expected lease")
+
+// ForceOptions describe a force-release.
+type ForceOptions struct {
+	Namespace string   // default "lock"
+	Strategy  Strategy // StrategyMutex (default) or StrategyTicket
+	Actor     string   // who does it (required): a user name, an IAM ARN
+	Reason    string   // why (required, at most 1 KiB)
+	// LeaseID, when set, ends only this lease (as Show reported it: a lease id, or
+	// "ticket N" for a TicketLock); otherwise the lease current at the call is ended.
+	LeaseID string
+}
+
+const maxReasonBytes = 1024
+
+// Attributes of the last force-release kept on a lock row (Queue: its counter row).
+const (
+	attrForcedBy     = "forcedBy"
+	attrForcedAt     = "forcedAt" // ms since the epoch
+	attrForcedReason = "forcedReason"
+	attrForcedLease  = "forcedLease"
+	attrForcedOwner  = "forcedOwner"
+	attrForcedToken  = "forcedToken"
+	attrForcedID     = "forcedId"
+
+	// Audit row attributes (besides pk, sk).
+	attrAuditStrategy = "strategy"
+	attrAuditNS       = "namespace"
+
+	forcedLeasePrefix = reservedPrefix + "forced#"
+	forceAttempts     = 10
+)
+
+func forcedOnRow(it item, st Strategy) *ForceRecord {
+	id := attrS(it, attrForcedID)
+	if id == "" {
+		return nil
+	}
+	tok, _ := attrN(it, attrForcedToken)
+	_, ns := classifySK(attrS(it, attrSK))
+	return &ForceRecord{ID: id, Actor: attrS(it, attrForcedBy), Reason: attrS(it, attrForcedReason),
+		At: msTime(it, attrForcedAt), Strategy: st, Key: attrS(it, attrPK), Namespace: ns,
+		LeaseID: attrS(it, attrForcedLease), Owner: attrS(it, attrForcedOwner), Token: fenceInfo(Fence(tok))}
+}
+
+func auditRecord(it item) ForceRecord {
+	tok, _ := attrN(it, attrForcedToken)
+	return ForceRecord{ID: attrS(it, attrForcedID), Actor: attrS(it, attrForcedBy), Reason: attrS(it, attrForcedReason),
+		At: msTime(it, attrForcedAt), Strategy: Strategy(attrS(it, attrAuditStrategy)), Key: attrS(it, attrPK),
+		Namespace: attrS(it, attrAuditNS), LeaseID: attrS(it, attrForcedLease), Owner: attrS(it, attrForcedOwner),
+		Token: fenceInfo(Fence(tok))}
+}
+
+func auditSK(ns string, st Strategy, at time.Time, id string) string {
+	return ns + auditInfix + string(st) + "#" + at.UTC().Format("20060102T150405.000Z") + "#" + id
+}
+
+func (o *ForceOptions) validate(key string) error {
+	if o.Namespace == "" {
+		o.Namespace = defaultNamespace
+	}
+	if o.Strategy == "" {
+		o.Strategy = StrategyMutex
+	}
+	if err := validatePK("key", key); err != nil {
+		return err
+	}
+	if err := validateSK("namespace", o.Namespace, len(ticketSuffix)); err != nil {
+		return err
+	}
+	if o.Strategy != StrategyMutex && o.Strategy != StrategyTicket {
+		return invalidOption("strategy", "force-release supports mutex and ticket locks, got %q", o.Strategy)
+	}
+	switch {
+	case strings.TrimSpace(o.Actor) == "":
+		return invalidOption("actor", "must name who force-releases (a user, an IAM ARN)")
+	case len(o.Actor) > 512 || !utf8.ValidString(o.Actor):
+		return invalidOption("actor", "must be valid UTF-8 of at most 512 bytes")
+	case strings.TrimSpace(o.Reason) == "":
+		return invalidOption("reason", "must say why the lease is ended")
+	case len(o.Reason) > maxReasonBytes || !utf8.ValidString(o.Reason):
+		return invalidOption("reason", "must be valid UTF-8 of at most %d bytes", maxReasonBytes)
+	}
+	// The audit row's sort key must fit.
+	if sk := auditSK(o.Namespace, o.Strategy, time.Now(), randomHex(16)); len(sk) > MaxSortKeyBytes {
+		return invalidKey("namespace", "too long for the audit row's sort key (%d bytes)", len(sk))
+	}
+	return nil
+}
+
+// ForceRelease ends the current lease of a Mutex or TicketLock, records who did it, when,
+// why and which lease it ended, and returns that record. It returns an error matching
+// ErrNotHeld when there is no lease to end (or not the one opts.LeaseID names), and
+// ErrInvalidOption / ErrInvalidKey for bad arguments.
+//
+// It is one TransactWriteItems of two writes, both or neither. The first updates the
+// lock row, conditioned on the lease read just before (Mutex: lease id, revision and
+// state held; TicketLock: serving ticket, revision, row life and the served ticket's
+// entry), so a lease that changed hands meanwhile is never ended by mistake; a
+// heartbeat of the same lease (a new revision) is re-read and retried.
+//
+//   - Mutex: state released, the lease id replaced by a marker (prevLease names the
+//     ended lease), fence + 1, until and data removed. The old holder's renew, Release
+//     and GuardCheck fail with ErrLeaseLost, and the next holder's token is at least
+//     two sequence numbers above the ended one.
+//   - TicketLock: the served ticket is skipped (serving + 1, its entry removed), the
+//     write a waiter makes after a holder stopped heartbeating. The old holder's renew,
+//     Release and GuardCheck fail with ErrLeaseLost; the next ticket enters with a
+//     higher token.
+//
+// The row keeps the last force-release (attributes forcedBy, forcedAt, forcedReason,
+// forcedLease, forcedOwner, forcedToken, forcedId; later acquisitions keep them). The
+// second write puts an audit row: partition key = the lock key, sort key
+// "<namespace>#audit#<strategy>#<UTC time>#<id>". No strategy writes such a sort key
+// (namespaces contain no '#'; the strategies' suffixes are "#ticket", "#counter" and
+// "#t#"), and the partition key is the user's own lock key, never one with the reserved
+// "turnstile#" prefix. Audit rows have no TTL and no "state" (the janitor's sweep
+// ignores them); Show returns them as Lock.Audit.
+//
+// What the old holder can still do: work that is not guarded continues until its next
+// heartbeat fails (at most one heartbeat interval); writes guarded with GuardCheck fail
+// at once (see GuardedWriteError); writes fenced with FenceCondition fail once the next
+// holder has registered its higher token at the resource.
+//
+// An attempt whose outcome is unknown is settled by re-reading the row (forcedId names
+// this call); the SDK's own retries are off for it, as for every conditional write.
+func (in *Inspector) ForceRelease(ctx context.Context, key string, opts ForceOptions) (*ForceRecord, error) {
+	if err := opts.validate(key); err != nil {
+		return nil, err
+	}
+	rec := &ForceRecord{ID: randomHex(16), Actor: opts.Actor, Reason: opts.Reason,
+		Strategy: opts.Strategy, Key: key, Namespace: opts.Namespace}
+	rowKey := item{attrPK: s(key), attrSK: s(opts.Namespace)}
+	if opts.Strategy == StrategyTicket {
+		rowKey[attrSK] = s(opts.Namespace + ticketSuffix)
+	}
+	target := opts.LeaseID // the lease to end: fixed by the first read unless given
+	var last error
+	for attempt := 0; attempt < forceAttempts; attempt++ {
+		if attempt > 0 {
+			if err := sleep(ctx, time.Duration(attempt)*20*time.Millisecond); err != nil {
+				return nil, fmt.Errorf("lockcore: force-release %q: %w (last error: %v)", key, err, last)
+			}
+		}
+		cur, err := in.get(ctx, in.table, rowKey)
+		if err != nil {
+			if classify(err) == errFatal {
+				return nil, fmt.Errorf("lockcore: force-release %q: %w", key, err)
+			}
+			last = err
+			continue
+		}
+		if attrS(cur, attrForcedID) == rec.ID {
+			return in.landed(rec, cur), nil // an earlier attempt of this call landed
+		}
+		now := in.clock.Now()
+		rec.At = now
+		var upd types.Update
+		switch opts.Strategy {
+		case StrategyMutex:
+			upd, err = in.forceMutex(cur, rowKey, &target, rec, now)
+		default:
+			upd, err = in.forceTicket(cur, rowKey, &target, rec, now)
+		}
+		if err != nil {
+			return nil, err
+		}
+		audit := item{
+			attrPK: s(key), attrSK: s(auditSK(opts.Namespace, opts.Strategy, now, rec.ID)),
+			attrAuditStrategy: s(string(opts.Strategy)), attrAuditNS: s(opts.Namespace),
+			attrForcedID: s(rec.ID), attrForcedBy: s(rec.Actor), attrForcedAt: n(now.UnixMilli()),
+			attrForcedReason: s(rec.Reason), attrForcedLease: s(rec.LeaseID), attrForcedToken: n(int64(rec.Token.Token)),
+		}
+		if rec.Owner != "" {
+			audit[attrForcedOwner] = s(rec.Owner)
+		}
+		ae := expr(expression.NewBuilder().WithCondition(expression.AttributeNotExists(name(attrPK))))
+		_, err = in.db.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{
+			TransactItems: []types.TransactWriteItem{
+				{Update: &upd},
+				{Put: &types.Put{TableName: aws.String(in.table), Item: audit,
+					ConditionExpression: ae.Condition(), ExpressionAttributeNames: ae.Names(), ExpressionAttributeValues: ae.Values()}},
+			},
+		}, noSDKRetry)
+		if err == nil {
+			return rec, nil
+		}
+		last = err
+		if classify(err) == errFatal {
+			return nil, fmt.Errorf("lockcore: force-release %q: %w", key, err)
+		}
+		// Condition failed (a heartbeat, a handoff, or an earlier attempt of ours that
+		// landed late), throttled or unknown: re-read and decide again. Every attempt
+		// carries the same id, so the re-read recognises one that landed, and a late
+		// attempt can never land after another one did (the lease it is conditioned on
+		// is gone by then).
+	}
+	return nil, fmt.Errorf("lockcore: force-release %q: gave up after %d attempts: %w", key, forceAttempts, last)
+}
+
+// landed completes rec from the row an earlier attempt of this call wrote.
+func (in *Inspector) landed(rec *ForceRecord, cur item) *ForceRecord {
+	if r := forcedOnRow(cur, rec.Strategy); r != nil {
+		r.Namespace = rec.Namespace
+		return r
+	}
+	return rec
+}
+
+func (in *Inspector) notHeld(key, ns string, st Strategy, want, now string) error {
+	if want == "" {
+		return fmt.Errorf("lockcore: force-release %s %q namespace %q: %w (state %s)", st, key, ns, ErrNotHeld, now)
+	}
+	return fmt.Errorf("lockcore: force-release %s %q namespace %q: lease %s is not the current lease (%s): %w", st, key, ns, want, now, ErrNotHeld)
+}
+
+func (in *Inspector) forceMutex(cur item, rowKey item, target *string, rec *ForceRecord, now time.Time) (types.Update, error) {
+	id := attrS(cur, attrLeaseID)
+	if cur == nil || attrS(cur, attrState) != stateHeld {
+		state := "no lock row"
+		if cur != nil {
+			state = "released"
+		}
+		return types.Update{}, in.notHeld(rec.Key, rec.Namespace, rec.Strategy, *target, state)
+	}
+	if *target != "" && id != *target {
+		return types.Update{}, in.notHeld(rec.Key, rec.Namespace, rec.Strategy, *target, "held under lease "+id)
+	}
+	*target = id
+	rev, _ := attrN(cur, attrRev)
+	epoch, _ := attrN(cur, attrEpoch)
+	fence, _ := attrN(cur, attrFence)
+	rec.LeaseID, rec.Owner, rec.Token = id, attrS(cur, attrOwner), fenceInfo(makeFence(epoch, fence))
+	cond := expression.And(
+		expression.Equal(name(attrLeaseID), value(id)),
+		expression.Equal(name(attrRev), value(rev)),
+		expression.Equal(name(attrState), value(stateHeld)))
+	u := expression.Set(name(attrState), value(stateReleased)).
+		Set(name(attrLeaseID), value(forcedLeasePrefix+rec.ID)).
+		Set(name(attrPrevLease), value(id)).
+		Set(name(attrPrevState), value("forced")).
+		Set(name(attrExpiresAt), value(ttlSeconds(now.Add(in.retention)))).
+		Remove(name(attrUntil)).
+		Remove(name(attrData)).
+		Add(name(attrRev), value(1)).
+		Add(name(attrFence), value(1))
+	u = forcedAttrs(u, rec, now)
+	return updateOf(in.table, rowKey, expr(expression.NewBuilder().WithCondition(cond).WithUpdate(u))), nil
+}
+
+func (in *Inspector) forceTicket(cur item, rowKey item, target *string, rec *ForceRecord, now time.Time) (types.Update, error) {
+	row := parseTicketRow(cur, "")
+	if !row.exists || row.serving > row.next || !row.servedEntry {
+		state := "no lock row"
+		if row.exists {
+			state = "no ticket served"
+		}
+		return types.Update{}, in.notHeld(rec.Key, rec.Namespace, rec.Strategy, *target, state)
+	}
+	id := ticketLeaseID(row.serving)
+	if *target != "" && id != *target {
+		return types.Update{}, in.notHeld(rec.Key, rec.Namespace, rec.Strategy, *target, "serving "+id)
+	}
+	*target = id
+	rec.LeaseID, rec.Owner, rec.Token = id, "", fenceInfo(makeFence(row.epoch, row.serving))
+	wattr := row.waiters[row.serving]
+	cond := expression.And(
+		expression.Equal(name(attrServing), value(row.serving)),
+		expression.Equal(name(attrRev), value(row.rev)),
+		expression.Equal(name(attrLife), value(row.life)),
+		expression.AttributeExists(name(wattr)))
+	ttl := ttlSeconds(now.Add(max(in.retention, time.Duration(row.leaseMs)*time.Millisecond+DefaultTTLGrace)))
+	u := expression.Set(name(attrServing), value(row.serving+1)).
+		Set(name(attrSkip), value(row.serving)).
+		Set(name(attrExpiresAt), value(ttl)).
+		Add(name(attrRev), value(1)).
+		Remove(name(wattr))
+	u = forcedAttrs(u, rec, now)
+	return updateOf(in.table, rowKey, expr(expression.NewBuilder().WithCondition(cond).WithUpdate(u))), nil
+}
+
+func forcedAttrs(u expression.UpdateBuilder, rec *ForceRecord, now time.Time) expression.UpdateBuilder {
+	u = u.Set(name(attrForcedID), value(rec.ID)).
+		Set(name(attrForcedBy), value(rec.Actor)).
+		Set(name(attrForcedAt), value(now.UnixMilli())).
+		Set(name(attrForcedReason), value(rec.Reason)).
+		Set(name(attrForcedLease), value(rec.LeaseID)).
+		Set(name(attrForcedToken), value(int64(rec.Token.Token)))
+	if rec.Owner != "" {
+		return u.Set(name(attrForcedOwner), value(rec.Owner))
+	}
+	return u.Remove(name(attrForcedOwner))
+}
+
+func updateOf(table string, key item, e expression.Expression) types.Update {
+	return types.Update{
+		TableName: aws.String(table), Key: key,
+		ConditionExpression: e.Condition(), UpdateExpression: e.Update(),
+		ExpressionAttributeNames: e.Names(), ExpressionAttributeValues: e.Values(),
+		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
+	}
+}
+
+// GuardedWriteError interprets the error of a TransactWriteItems call that carried the
+// GuardCheck entry of lease l at index guard. When that entry's condition failed (the
+// lease is no longer held: taken over, force-released, expired and removed), it returns
+// a *LeaseError matching ErrLeaseLost; any other error is returned unchanged, and nil
+// stays nil.
+//
+//	g, _ := m.GuardCheck(lease)
+//	_, err := db.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{
+//		TransactItems: []types.TransactWriteItem{g, myPut}})
+//	if err := lockcore.GuardedWriteError(err, 0, lease); errors.Is(err, lockcore.ErrLeaseLost) { ... }
+func GuardedWriteError(err error, guard int, l *Lease) error {
+	var tce *types.TransactionCanceledException
+	if err == nil || l == nil || !errors.As(err, &tce) || guard < 0 || guard >= len(tce.CancellationReasons) {
+		return err
+	}
+	r := tce.CancellationReasons[guard]
+	if aws.ToString(r.Code) != "ConditionalCheckFailed" {
+		return err
+	}
+	return &LeaseError{Op: "guarded write", Key: l.key, LeaseID: l.id, Current: holderOf(r.Item), Err: ErrLeaseLost}
+}
