@@ -88,7 +88,7 @@ func (q *Queue) Acquire(ctx context.Context, key string, opts ...AcquireOption) 
 	}
 	t0 := q.cfg.clock.Now()
 	var st acqStats
-	defer func() { q.cfg.acquired(StrategyQueue, key, ac.namespace, t0, st, lease, err) }()
+	defer func() { q.cfg.acquired(ctx, StrategyQueue, key, ac.namespace, t0, st, lease, err) }()
 	leaseID := newLeaseID(q.cfg.owner)
 	ticket, start, ttl, err := q.enqueue(ctx, key, ac.namespace, leaseID, ac.lease)
 	if err != nil {

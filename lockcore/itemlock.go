@@ -168,7 +168,7 @@ func (il *ItemLocker) Acquire(ctx context.Context, key map[string]types.Attribut
 		if lease != nil {
 			l = lease.Lease
 		}
-		il.cfg.acquired(StrategyItem, label, "", t0, st, l, err)
+		il.cfg.acquired(ctx, StrategyItem, label, "", t0, st, l, err)
 	}()
 	leaseID := newLeaseID(il.cfg.owner)
 	var got item

@@ -31,6 +31,7 @@ type Lease struct {
 	ops                       leaseOps
 	ikey                      item // data item key (locking read only)
 	observer                  *Observer
+	obsCtx                    context.Context // the acquiring call's context, for observer events
 	acquired                  time.Time
 
 	mu         sync.Mutex
@@ -237,10 +238,21 @@ func (l *Lease) pauseHeartbeat() (resume func()) {
 	}
 }
 
+// observe sets the context passed to the observer's lease events (the Acquire's, without
+// its cancellation).
+func (l *Lease) observe(ctx context.Context) {
+	if l.observer != nil {
+		l.obsCtx = context.WithoutCancel(ctx)
+	}
+}
+
 // startHeartbeat renews the lease every interval until Release, ctx's end, or loss.
 // A renewal that fails transiently is retried sooner; if the local validity runs out
 // without a successful renewal, the lease is reported lost.
 func (l *Lease) startHeartbeat(ctx context.Context, interval time.Duration) {
+	if l.obsCtx == nil {
+		l.observe(ctx) // startHeartbeat is the last step of every Acquire
+	}
 	if interval <= 0 {
 		return
 	}

@@ -85,7 +85,7 @@ func (m *Mutex) Acquire(ctx context.Context, key string, opts ...AcquireOption) 
 	}
 	t0 := m.cfg.clock.Now()
 	var st acqStats
-	defer func() { m.cfg.acquired(StrategyMutex, key, ac.namespace, t0, st, lease, err) }()
+	defer func() { m.cfg.acquired(ctx, StrategyMutex, key, ac.namespace, t0, st, lease, err) }()
 	leaseID := newLeaseID(m.cfg.owner)
 	var got item
 	var start time.Time

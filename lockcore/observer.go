@@ -1,6 +1,7 @@
 package lockcore
 
 import (
+	"context"
 	"errors"
 	"time"
 )
@@ -8,21 +9,23 @@ import (
 // Observer receives lock events, for metrics and logs (see WithObserver). Every field
 // is optional. The functions run synchronously on the goroutine that caused the event
 // (the caller's, or a lease's heartbeat), so they must return quickly and must not call
-// back into the lock.
+// back into the lock. ctx is the context of the call that caused the event (for lease
+// events: of the Acquire that took the lease), so per-request loggers and metric sinks
+// carried in it can be used.
 type Observer struct {
 	// Acquired reports a successful acquisition.
-	Acquired func(AcquireEvent)
+	Acquired func(context.Context, AcquireEvent)
 	// AcquireFailed reports an acquisition that ended without a lease: the lock was
 	// held (NoWait), the wait timed out, the context ended, or an error occurred.
-	AcquireFailed func(AcquireEvent)
+	AcquireFailed func(context.Context, AcquireEvent)
 	// Released reports a lease released cleanly by its holder.
-	Released func(LeaseEvent)
+	Released func(context.Context, LeaseEvent)
 	// LeaseLost reports a lease found lost: by its heartbeat, a renewal, a release or a
 	// guarded write (Err says which). Work done under it may have overlapped another
 	// holder's.
-	LeaseLost func(LeaseEvent)
+	LeaseLost func(context.Context, LeaseEvent)
 	// UnknownOutcome reports a write whose outcome could not be settled (ErrUnknownOutcome).
-	UnknownOutcome func(LeaseEvent)
+	UnknownOutcome func(context.Context, LeaseEvent)
 }
 
 // AcquireEvent describes one acquisition.
@@ -77,7 +80,7 @@ func leaseStrategy(ops leaseOps) Strategy {
 type acqStats struct{ contended, takeover bool }
 
 // acquired reports the end of an acquisition.
-func (c *config) acquired(strategy Strategy, key, ns string, start time.Time, st acqStats, l *Lease, err error) {
+func (c *config) acquired(ctx context.Context, strategy Strategy, key, ns string, start time.Time, st acqStats, l *Lease, err error) {
 	if !c.observer.any() {
 		return
 	}
@@ -86,9 +89,9 @@ func (c *config) acquired(strategy Strategy, key, ns string, start time.Time, st
 	switch {
 	case err == nil && c.observer.Acquired != nil:
 		ev.Token = l.Token()
-		c.observer.Acquired(ev)
+		c.observer.Acquired(ctx, ev)
 	case err != nil && c.observer.AcquireFailed != nil:
-		c.observer.AcquireFailed(ev)
+		c.observer.AcquireFailed(ctx, ev)
 	}
 }
 
@@ -98,23 +101,27 @@ func (l *Lease) report(err error) {
 	if o == nil {
 		return
 	}
+	ctx := l.obsCtx
+	if ctx == nil {
+		ctx = context.Background() // an attached lease
+	}
 	ev := LeaseEvent{Strategy: leaseStrategy(l.ops), Key: l.key, Namespace: l.namespace, LeaseID: l.id,
 		Token: l.token, Held: l.clock.Now().Sub(l.acquired), Err: err}
 	switch {
 	case err == nil:
 		if o.Released != nil {
-			o.Released(ev)
+			o.Released(ctx, ev)
 		}
 	case errors.Is(err, ErrUnknownOutcome):
 		if o.UnknownOutcome != nil {
-			o.UnknownOutcome(ev)
+			o.UnknownOutcome(ctx, ev)
 		}
 		if errors.Is(err, ErrLeaseLost) && o.LeaseLost != nil {
-			o.LeaseLost(ev)
+			o.LeaseLost(ctx, ev)
 		}
 	case errors.Is(err, ErrLeaseLost):
 		if o.LeaseLost != nil {
-			o.LeaseLost(ev)
+			o.LeaseLost(ctx, ev)
 		}
 	}
 }

@@ -196,7 +196,7 @@ func (t *TicketLock) Acquire(ctx context.Context, key string, opts ...AcquireOpt
 	}
 	start := t.cfg.clock.Now()
 	var st acqStats
-	defer func() { t.cfg.acquired(StrategyTicket, key, ac.namespace, start, st, lease, err) }()
+	defer func() { t.cfg.acquired(ctx, StrategyTicket, key, ac.namespace, start, st, lease, err) }()
 	for {
 		h, row, sent, err := t.take(ctx, key, ac, start)
 		if err != nil {

@@ -45,31 +45,21 @@ func (s *Service) ApplyAdjustment(ctx context.Context, a Adjustment) (applied bo
 	if err != nil {
 		return false, err
 	}
-	_, mu, err := s.lockers(lease)
-	if err != nil {
-		return false, err
-	}
+	mu := s.skus
 	what := fmt.Sprintf("adjustment %s of %s", a.AdjustmentID, a.SKU)
-	start := s.now()
 	lockCtx, stopHB := context.WithCancel(ctx)
 	defer stopHB()
-	l, err := mu.Acquire(lockCtx, SKULockKey(a.SKU), lockcore.Wait(waitPolicy(wait)))
+	l, err := mu.Acquire(lockCtx, SKULockKey(a.SKU), waitPolicy(wait), lockcore.LeaseDuration(lease))
 	if err != nil {
 		if errors.Is(err, lockcore.ErrLockHeld) {
-			s.count(ctx, MetricContention)
 			return false, busy(what, err)
 		}
 		return false, fmt.Errorf("shop: %s: lock: %w", what, err)
 	}
-	locked := s.now()
-	s.millis(ctx, MetricLockWait, locked.Sub(start))
 	if err := s.crashAt(CrashAdjustmentLocked); err != nil {
 		return false, err
 	}
-	done := func() {
-		s.release(ctx, what, l)
-		s.millis(ctx, MetricLockHold, s.now().Sub(locked))
-	}
+	done := func() { s.release(ctx, what, l) }
 
 	marker, err := s.db.GetItem(ctx, &dynamodb.GetItemInput{
 		TableName: aws.String(s.t.Inventory), Key: markerKey(a.SKU, a.AdjustmentID), ConsistentRead: aws.Bool(true),
@@ -135,7 +125,6 @@ func (s *Service) ApplyAdjustment(ctx context.Context, a Adjustment) (applied bo
 		s.count(ctx, MetricAdjustmentsDuplicate)
 		return res.ambiguous, nil
 	case res.failed >= 0:
-		s.count(ctx, MetricLeaseLost)
 		return false, fmt.Errorf("shop: %s: the lease was lost before the write (%w): %w", what, lockcore.ErrLeaseLost, err)
 	}
 	return false, fmt.Errorf("shop: %s: %w", what, err)
@@ -173,7 +162,6 @@ func (s *Service) recordRejection(ctx context.Context, a Adjustment, what string
 		s.count(ctx, MetricAdjustmentsRejected)
 		return rejection
 	case res.failed > 0:
-		s.count(ctx, MetricLeaseLost)
 		return fmt.Errorf("shop: %s: the lease was lost before the rejection was recorded (%w): %w", what, lockcore.ErrLeaseLost, err)
 	}
 	return fmt.Errorf("shop: %s: record rejection: %w", what, err)
@@ -195,13 +183,10 @@ func (s *Service) SeedStock(ctx context.Context, sku string, available int) erro
 	if err != nil {
 		return err
 	}
-	_, mu, err := s.lockers(lease)
-	if err != nil {
-		return err
-	}
+	mu := s.skus
 	lockCtx, stopHB := context.WithCancel(ctx)
 	defer stopHB()
-	l, err := mu.Acquire(lockCtx, SKULockKey(sku), lockcore.Wait(waitPolicy(max(wait, 5*time.Second))))
+	l, err := mu.Acquire(lockCtx, SKULockKey(sku), waitPolicy(max(wait, 5*time.Second)), lockcore.LeaseDuration(lease))
 	if err != nil {
 		if errors.Is(err, lockcore.ErrLockHeld) {
 			return busy("seed "+sku, err)

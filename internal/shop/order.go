@@ -50,20 +50,16 @@ func (s *Service) ProcessOrder(ctx context.Context, o Order) (Outcome, error) {
 	if err != nil {
 		return out, err
 	}
-	il, mu, err := s.lockers(lease)
-	if err != nil {
-		return out, err
-	}
+	il, mu := s.orders, s.skus
 	start := s.now()
 	waitUntil := start.Add(wait)
 
 	// 1. The order.
 	orderCtx, stopOrderHB := context.WithCancel(ctx)
 	defer stopOrderHB()
-	ol, err := il.Acquire(orderCtx, orderKey(o.OrderID), lockcore.Wait(waitPolicy(wait)))
+	ol, err := il.Acquire(orderCtx, orderKey(o.OrderID), waitPolicy(wait), lockcore.LeaseDuration(lease))
 	if err != nil {
 		if errors.Is(err, lockcore.ErrLockHeld) {
-			s.count(ctx, MetricContention)
 			return out, busy("order "+o.OrderID, err)
 		}
 		return out, fmt.Errorf("shop: lock order %s: %w", o.OrderID, err)
@@ -106,18 +102,15 @@ func (s *Service) ProcessOrder(ctx context.Context, o Order) (Outcome, error) {
 	}
 	skuCtx, stopSKUHB := context.WithCancel(ctx)
 	defer stopSKUHB()
-	ml, err := mu.AcquireAll(skuCtx, keys, lockcore.Wait(waitPolicy(waitUntil.Sub(s.now()))),
-		lockcore.Data([]byte(o.OrderID)))
+	ml, err := mu.AcquireAll(skuCtx, keys, waitPolicy(waitUntil.Sub(s.now())),
+		lockcore.Data([]byte(o.OrderID)), lockcore.LeaseDuration(lease))
 	if err != nil {
 		s.release(ctx, "order "+o.OrderID, ol.Lease)
 		if errors.Is(err, lockcore.ErrLockHeld) {
-			s.count(ctx, MetricContention)
 			return out, busy("order "+o.OrderID, err)
 		}
 		return out, fmt.Errorf("shop: order %s: lock stock: %w", o.OrderID, err)
 	}
-	locked := s.now()
-	s.millis(ctx, MetricLockWait, locked.Sub(start))
 	releaseAll := func() {
 		s.release(ctx, "stock of order "+o.OrderID, ml)
 		s.release(ctx, "order "+o.OrderID, ol.Lease)
@@ -171,7 +164,6 @@ func (s *Service) ProcessOrder(ctx context.Context, o Order) (Outcome, error) {
 	if err != nil {
 		releaseAll()
 		if res.failed >= 0 {
-			s.count(ctx, MetricLeaseLost)
 			return out, fmt.Errorf("shop: order %s: a lease was lost before the decision was written (%w): %w",
 				o.OrderID, lockcore.ErrLeaseLost, err)
 		}
@@ -180,7 +172,6 @@ func (s *Service) ProcessOrder(ctx context.Context, o Order) (Outcome, error) {
 
 	// 5. Done.
 	s.release(ctx, "stock of order "+o.OrderID, ml)
-	s.millis(ctx, MetricLockHold, s.now().Sub(locked))
 	if status == StatusReserved {
 		s.count(ctx, MetricOrdersReserved)
 	} else {
@@ -263,10 +254,7 @@ func (s *Service) release(ctx context.Context, what string, l releaser) {
 	}
 }
 
-// writeErr classifies a failed guarded write.
-func (s *Service) writeErr(ctx context.Context, what string, err error) error {
-	if errors.Is(err, lockcore.ErrLeaseLost) {
-		s.count(ctx, MetricLeaseLost)
-	}
+// writeErr wraps a failed guarded write (a lost lease is counted by the lock observer).
+func (s *Service) writeErr(_ context.Context, what string, err error) error {
 	return fmt.Errorf("shop: %s: %w", what, err)
 }

@@ -75,10 +75,12 @@ type MetricsSink interface {
 
 // Metric names.
 const (
-	MetricLockWait             = "LockWait"       // ms from the first lock attempt to holding every lock
-	MetricLockHold             = "LockHold"       // ms the SKU locks were held
-	MetricContention           = "LockContention" // operations given up on a held lock (ErrBusy)
-	MetricLeaseLost            = "LeaseLost"      // writes refused because a lease was lost
+	// Lock metrics, emitted through lockcore's Observer (see lockObserver).
+	MetricLockWait   = "LockWait"       // ms one acquisition waited (order lock, each SKU lock)
+	MetricLockHold   = "LockHold"       // ms a lease was held until its release
+	MetricContention = "LockContention" // acquisitions given up on a held lock (the operation fails with ErrBusy)
+	MetricLeaseLost  = "LeaseLost"      // leases found lost (by a heartbeat, a refused write's release, ...)
+	// Business metrics.
 	MetricOrdersReserved       = "OrdersReserved"
 	MetricOrdersRejected       = "OrdersRejected"
 	MetricOrdersDuplicate      = "OrdersDuplicate"
@@ -122,6 +124,11 @@ type Service struct {
 	log      *slog.Logger
 	crash    func(point string) error
 	lockOpts []lockcore.Option
+
+	// The lockers are built once (they keep what they learn, such as takeover
+	// observations, for the life of the container); each acquisition passes its lease.
+	orders *lockcore.ItemLocker // nil without an orders table
+	skus   *lockcore.Mutex
 }
 
 // Option configures a Service.
@@ -254,8 +261,7 @@ func NewService(db lockcore.DynamoDB, t Tables, opts ...Option) (*Service, error
 		}
 		s.owner = "shop-" + host + "-" + randomHex(4)
 	}
-	// Validate the lock options once, with the longest lease.
-	if _, _, err := s.lockers(s.lease); err != nil {
+	if err := s.buildLockers(); err != nil {
 		return nil, err
 	}
 	return s, nil
@@ -317,28 +323,43 @@ func waitPolicy(d time.Duration) lockcore.WaitPolicy {
 	return lockcore.WaitUpTo(d)
 }
 
-// lockers returns the order item locker and the SKU mutex for one lease length.
-func (s *Service) lockers(lease time.Duration) (*lockcore.ItemLocker, *lockcore.Mutex, error) {
+// buildLockers builds the order item locker and the SKU mutex, with s.lease as the
+// longest lease (each acquisition passes its own, lockcore.LeaseDuration).
+func (s *Service) buildLockers() error {
 	opts := append([]lockcore.Option{
 		lockcore.WithOwner(s.owner),
-		lockcore.WithLease(lease),
-		lockcore.WithMinLease(min(lease, lockcore.DefaultMinLease)),
+		lockcore.WithLease(s.lease),
+		lockcore.WithMinLease(min(s.lease, lockcore.DefaultMinLease)),
 		lockcore.WithClock(s.clock),
 		lockcore.WithTakeover(lockcore.WallClockTakeover(s.skew)),
 		lockcore.WithBackoff(10*time.Millisecond, 250*time.Millisecond),
+		lockcore.WithObserver(s.lockObserver()),
 	}, s.lockOpts...)
-	var il *lockcore.ItemLocker
+	var err error
 	if s.t.Orders != "" {
-		var err error
-		if il, err = lockcore.NewItemLocker(s.db, s.t.Orders, opts); err != nil {
-			return nil, nil, fmt.Errorf("shop: %w", err)
+		if s.orders, err = lockcore.NewItemLocker(s.db, s.t.Orders, opts); err != nil {
+			return fmt.Errorf("shop: %w", err)
 		}
 	}
-	mu, err := lockcore.NewMutex(s.db, s.t.Locks, opts...)
-	if err != nil {
-		return nil, nil, fmt.Errorf("shop: %w", err)
+	if s.skus, err = lockcore.NewMutex(s.db, s.t.Locks, opts...); err != nil {
+		return fmt.Errorf("shop: %w", err)
 	}
-	return il, mu, nil
+	return nil
+}
+
+// lockObserver turns lockcore's events into the service's lock metrics, on the sink of
+// the context that caused them (the invocation's).
+func (s *Service) lockObserver() lockcore.Observer {
+	return lockcore.Observer{
+		Acquired: func(ctx context.Context, e lockcore.AcquireEvent) { s.millis(ctx, MetricLockWait, e.Wait) },
+		AcquireFailed: func(ctx context.Context, e lockcore.AcquireEvent) {
+			if errors.Is(e.Err, lockcore.ErrLockHeld) {
+				s.count(ctx, MetricContention)
+			}
+		},
+		Released:  func(ctx context.Context, e lockcore.LeaseEvent) { s.millis(ctx, MetricLockHold, e.Held) },
+		LeaseLost: func(ctx context.Context, e lockcore.LeaseEvent) { s.count(ctx, MetricLeaseLost) },
+	}
 }
 
 // crashAt runs the crash hook; a non-nil result means "die here".

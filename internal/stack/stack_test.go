@@ -855,6 +855,21 @@ func TestEventFilesHaveLambdaShapes(t *testing.T) {
 						t.Errorf("no %s", k)
 					}
 				}
+			case strings.HasPrefix(name, "seed-"):
+				// Not an event: table contents for make invoke SEED=... (cmd/invoke/seed.go).
+				inv, _ := ev["inventory"].([]any)
+				if len(inv) == 0 {
+					t.Fatal("a seed file needs a non-empty inventory list")
+				}
+				for i, r := range inv {
+					m, _ := r.(map[string]any)
+					if sku, _ := m["sku"].(string); sku == "" {
+						t.Errorf("inventory[%d]: no sku", i)
+					}
+					if n, ok := m["available"].(float64); !ok || n < 0 {
+						t.Errorf("inventory[%d]: available must be a number >= 0, got %v", i, m["available"])
+					}
+				}
 			default:
 				t.Errorf("unknown event kind: add a shape check for %s", name)
 			}
