@@ -79,11 +79,27 @@ type recorder struct {
 
 func (r *recorder) observer() lockcore.Observer {
 	return lockcore.Observer{
-		Acquired:       func(_ context.Context, e lockcore.AcquireEvent) { r.mu.Lock(); r.acquired = append(r.acquired, e); r.mu.Unlock() },
-		AcquireFailed:  func(_ context.Context, e lockcore.AcquireEvent) { r.mu.Lock(); r.failed = append(r.failed, e); r.mu.Unlock() },
-		Released:       func(_ context.Context, e lockcore.LeaseEvent) { r.mu.Lock(); r.released = append(r.released, e); r.mu.Unlock() },
-		LeaseLost:      func(_ context.Context, e lockcore.LeaseEvent) { r.mu.Lock(); r.lost = append(r.lost, e); r.mu.Unlock() },
-		UnknownOutcome: func(_ context.Context, e lockcore.LeaseEvent) { r.mu.Lock(); r.unknownOuts = append(r.unknownOuts, e); r.mu.Unlock() },
+		Acquired: func(_ context.Context, e lockcore.AcquireEvent) {
+			r.mu.Lock()
+			r.acquired = append(r.acquired, e)
+			r.mu.Unlock()
+		},
+		AcquireFailed: func(_ context.Context, e lockcore.AcquireEvent) {
+			r.mu.Lock()
+			r.failed = append(r.failed, e)
+			r.mu.Unlock()
+		},
+		Released: func(_ context.Context, e lockcore.LeaseEvent) {
+			r.mu.Lock()
+			r.released = append(r.released, e)
+			r.mu.Unlock()
+		},
+		LeaseLost: func(_ context.Context, e lockcore.LeaseEvent) { r.mu.Lock(); r.lost = append(r.lost, e); r.mu.Unlock() },
+		UnknownOutcome: func(_ context.Context, e lockcore.LeaseEvent) {
+			r.mu.Lock()
+			r.unknownOuts = append(r.unknownOuts, e)
+			r.mu.Unlock()
+		},
 	}
 }
 
