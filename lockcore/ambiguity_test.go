@@ -57,7 +57,7 @@ func (f *lostReply) UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput
 func TestAmbiguousUpdateAndReleaseSettledByWriteID(t *testing.T) {
 	e := newEnv(t)
 	ctx := ctxT(t, 30e9)
-	b, _ := lockcore.NewItemLocker(e.db, e.data, fast("b"))
+	b, _ := lockcore.NewItemLocker(e.db, e.data, fast("b")...)
 	var lb *lockcore.ItemLease
 	f := &lostReply{DynamoDB: e.db, match: "REMOVE", between: func() {
 		var err error
@@ -65,7 +65,7 @@ func TestAmbiguousUpdateAndReleaseSettledByWriteID(t *testing.T) {
 			t.Errorf("b: %v", err)
 		}
 	}}
-	a, _ := lockcore.NewItemLocker(f, e.data, fast("a"))
+	a, _ := lockcore.NewItemLocker(f, e.data, fast("a")...)
 	la, err := a.Acquire(ctx, dataKey("doc"))
 	if err != nil {
 		t.Fatal(err)
@@ -122,7 +122,7 @@ func (f *lostPutThenFailedRead) GetItem(ctx context.Context, in *dynamodb.GetIte
 func TestAmbiguousVersionedWriteAppliedOnce(t *testing.T) {
 	e := newEnv(t)
 	ctx := ctxT(t, 30e9)
-	v, err := lockcore.NewVersioned(&lostPutThenFailedRead{DynamoDB: e.db}, e.data, fast("v"))
+	v, err := lockcore.NewVersioned(&lostPutThenFailedRead{DynamoDB: e.db}, e.data, fast("v")...)
 	if err != nil {
 		t.Fatal(err)
 	}

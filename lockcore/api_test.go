@@ -270,12 +270,12 @@ func TestAcquireOptionForms(t *testing.T) {
 		{"lease below minimum", func() error { _, err := m.Acquire(ctx, "x", lockcore.LeaseDuration(time.Second)); return err }, "lease"},
 		{"lease not whole ms", func() error { _, err := m.Acquire(ctx, "x", lockcore.LeaseDuration(3*time.Second+1)); return err }, "lease"},
 		{"itemlocker namespace", func() error {
-			il, _ := lockcore.NewItemLocker(e.db, e.data, fast("a"))
+			il, _ := lockcore.NewItemLocker(e.db, e.data, fast("a")...)
 			_, err := il.Acquire(ctx, dataKey("x"), lockcore.Namespace("n"))
 			return err
 		}, "namespace"},
 		{"itemlocker data", func() error {
-			il, _ := lockcore.NewItemLocker(e.db, e.data, fast("a"))
+			il, _ := lockcore.NewItemLocker(e.db, e.data, fast("a")...)
 			_, err := il.Acquire(ctx, dataKey("x"), lockcore.Data([]byte("d")))
 			return err
 		}, "data"},
@@ -297,7 +297,7 @@ func TestItemLeaseMethods(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	ctx := ctxT(t, 30*time.Second)
-	il, _ := lockcore.NewItemLocker(e.db, e.data, fast("a"))
+	il, _ := lockcore.NewItemLocker(e.db, e.data, fast("a")...)
 	l, err := il.Acquire(ctx, dataKey("m"))
 	if err != nil {
 		t.Fatal(err)
@@ -318,5 +318,35 @@ func TestItemLeaseMethods(t *testing.T) {
 	}
 	if err := l.Release(ctx); err != nil {
 		t.Fatalf("Release after UpdateAndRelease: %v", err)
+	}
+}
+
+// Strategy options are Options; a strategy refuses another strategy's.
+func TestStrategyOptionsRefusedElsewhere(t *testing.T) {
+	t.Parallel()
+	db := newClient("http://127.0.0.1:1") // never called
+	for _, c := range []struct {
+		name  string
+		err   error
+		field string
+	}{
+		{"RequireItem on a Mutex", func() error { _, err := lockcore.NewMutex(db, "t", lockcore.RequireItem()); return err }(), "requireItem"},
+		{"MaxAttempts on an ItemLocker", func() error { _, err := lockcore.NewItemLocker(db, "t", lockcore.MaxAttempts(3)); return err }(), "maxAttempts"},
+		{"WithItemAttributes on a Queue", func() error {
+			_, err := lockcore.NewQueue(db, "t", lockcore.WithItemAttributes(lockcore.DefaultItemAttributes))
+			return err
+		}(), "itemAttributes"},
+		{"VersionAttribute on a TicketLock", func() error { _, err := lockcore.NewTicketLock(db, "t", lockcore.VersionAttribute("v")); return err }(), "versionAttribute"},
+	} {
+		var oe *lockcore.OptionError
+		if !errors.As(c.err, &oe) || oe.Field != c.field {
+			t.Errorf("%s: %v, want an OptionError naming %s", c.name, c.err, c.field)
+		}
+	}
+	if _, err := lockcore.NewItemLocker(db, "t", lockcore.RequireItem(), lockcore.WithOwner("a")); err != nil {
+		t.Errorf("ItemLocker with its own options: %v", err)
+	}
+	if _, err := lockcore.NewVersioned(db, "t", lockcore.MaxAttempts(3), lockcore.VersionAttribute("ver")); err != nil {
+		t.Errorf("Versioned with its own options: %v", err)
 	}
 }

@@ -78,7 +78,7 @@ func TestContentionLockingRead(t *testing.T) {
 	c := &counter{e: e, pk: "SKU#hot"}
 	lockers := make([]*lockcore.ItemLocker, hotWorkers)
 	for w := range lockers {
-		il, err := lockcore.NewItemLocker(e.db, e.data, hot(fmt.Sprintf("worker-%d", w)))
+		il, err := lockcore.NewItemLocker(e.db, e.data, hot(fmt.Sprintf("worker-%d", w))...)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -131,7 +131,7 @@ func TestContentionQueue(t *testing.T) {
 func TestContentionVersioned(t *testing.T) {
 	e := newEnv(t)
 	c := &counter{e: e, pk: "SKU#hot"}
-	v, err := lockcore.NewVersioned(e.db, e.data, hot("v"), lockcore.MaxAttempts(1000))
+	v, err := lockcore.NewVersioned(e.db, e.data, append(hot("v"), lockcore.MaxAttempts(1000))...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -70,6 +70,6 @@
 // # Tables
 //
 // Mutex, TicketLock and Queue use a lock table with string keys "pk" and "sk" and the TTL attribute
-// "expiresAt" (LockTable in the project's template.yaml). ItemLocker and Versioned work
+// "expiresAt" (see CreateLockTable, which also shows it in CloudFormation). ItemLocker and Versioned work
 // on any table.
 package lockcore

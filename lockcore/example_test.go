@@ -44,7 +44,7 @@ func Example() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	lease, err := m.Acquire(ctx, "order#42", lockcore.Wait(lockcore.NoWait()))
+	lease, err := m.Acquire(ctx, "order#42", lockcore.NoWait())
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -71,7 +71,7 @@ func ExampleItemLocker() {
 		"pk": &types.AttributeValueMemberS{Value: "SKU#apple"},
 		"sk": &types.AttributeValueMemberS{Value: "STOCK"},
 	}
-	il, err := lockcore.NewItemLocker(db, data, []lockcore.Option{lockcore.WithOwner("worker-1")})
+	il, err := lockcore.NewItemLocker(db, data, lockcore.WithOwner("worker-1"))
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -101,7 +101,7 @@ func ExampleQueue() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	lease, err := q.Acquire(ctx, "hot-sku", lockcore.Wait(lockcore.WaitUpTo(5e9)))
+	lease, err := q.Acquire(ctx, "hot-sku", lockcore.WaitUpTo(5e9))
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -117,7 +117,7 @@ func ExampleTicketLock() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	lease, err := tl.Acquire(ctx, "hot-sku", lockcore.Wait(lockcore.WaitUpTo(5*time.Second)))
+	lease, err := tl.Acquire(ctx, "hot-sku", lockcore.WaitUpTo(5*time.Second))
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -152,7 +152,7 @@ func ExampleMutex_AcquireAll() {
 func ExampleVersioned() {
 	ctx := context.Background()
 	db, _, data := exampleTables()
-	v, _ := lockcore.NewVersioned(db, data, nil)
+	v, _ := lockcore.NewVersioned(db, data)
 	key := map[string]types.AttributeValue{
 		"pk": &types.AttributeValueMemberS{Value: "SKU#pear"},
 		"sk": &types.AttributeValueMemberS{Value: "STOCK"},
@@ -179,7 +179,7 @@ func ExampleDo() {
 		// ctx ends if the lease is lost; write with lease.Token() or m.GuardCheck(lease).
 		fmt.Println("working under token epoch", lease.Token().Epoch() > 0)
 		return nil
-	}, lockcore.Wait(lockcore.WaitUpTo(2*time.Second)))
+	}, lockcore.WaitUpTo(2*time.Second))
 	fmt.Println("err:", err)
 	// Output:
 	// working under token epoch true

@@ -46,7 +46,7 @@ type Queue struct {
 // NewQueue returns a Queue on the lock table. A heartbeat is required (waiting rows are
 // kept alive by it); the default is half the lease.
 func NewQueue(db DynamoDB, table string, opts ...Option) (*Queue, error) {
-	cfg, err := clientConfig(db, table, opts)
+	cfg, err := clientConfig(db, table, StrategyQueue, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -121,7 +121,7 @@ func (q *Queue) Acquire(ctx context.Context, key string, opts ...AcquireOption) 
 
 // TryAcquire takes the lock only if nobody holds or waits for it.
 func (q *Queue) TryAcquire(ctx context.Context, key string, opts ...AcquireOption) (*Lease, error) {
-	return q.Acquire(ctx, key, append(opts, Wait(NoWait()))...)
+	return q.Acquire(ctx, key, append(opts, NoWait())...)
 }
 
 // enqueue issues the next ticket and writes its row atomically. It returns the ticket,

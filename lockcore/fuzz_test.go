@@ -160,11 +160,11 @@ func FuzzKeys(f *testing.F) {
 	if err != nil {
 		f.Fatal(err)
 	}
-	il, err := lockcore.NewItemLocker(db, "data", []lockcore.Option{lockcore.WithOwner("fuzz")})
+	il, err := lockcore.NewItemLocker(db, "data", lockcore.WithOwner("fuzz"))
 	if err != nil {
 		f.Fatal(err)
 	}
-	ilr, err := lockcore.NewItemLocker(db, "data", []lockcore.Option{lockcore.WithOwner("fuzz")}, lockcore.RequireItem())
+	ilr, err := lockcore.NewItemLocker(db, "data", lockcore.WithOwner("fuzz"), lockcore.RequireItem())
 	if err != nil {
 		f.Fatal(err)
 	}
@@ -428,7 +428,7 @@ func FuzzOptions(f *testing.F) {
 			checkErr(t, "TicketLock.TryAcquire", err, true, nil)
 		}
 
-		var itemOpts []lockcore.ItemOption
+		var itemOpts []lockcore.Option
 		itemValid := valid
 		itemNames := accepted
 		if use&2048 != 0 {
@@ -453,14 +453,14 @@ func FuzzOptions(f *testing.F) {
 		if use&4096 != 0 {
 			itemOpts = append(itemOpts, lockcore.RequireItem(), nil)
 		}
-		il, err := lockcore.NewItemLocker(db, "data", opts, itemOpts...)
+		il, err := lockcore.NewItemLocker(db, "data", append(slices.Clone(opts), itemOpts...)...)
 		check(t, "NewItemLocker", err, and(verdictOf(itemValid), itemNames), lockcore.ErrInvalidOption)
 		if err == nil { // the attribute names go into the lock's expressions here
 			_, err = il.TryAcquire(ctx, map[string]types.AttributeValue{"pk": &types.AttributeValueMemberS{Value: "k"}})
 			checkErr(t, "ItemLocker.TryAcquire", err, true, nil)
 		}
 
-		var vopts []lockcore.VersionOption
+		var vopts []lockcore.Option
 		verValid := valid
 		verName := accepted
 		if use&8192 != 0 {
@@ -475,7 +475,7 @@ func FuzzOptions(f *testing.F) {
 			}
 		}
 		// emptyDB finds no item, so Update gets as far as building its conditional write.
-		v, err := lockcore.NewVersioned(emptyDB{}, "data", opts, vopts...)
+		v, err := lockcore.NewVersioned(emptyDB{}, "data", append(slices.Clone(opts), vopts...)...)
 		check(t, "NewVersioned", err, and(verdictOf(verValid), verName), lockcore.ErrInvalidOption)
 		if err == nil {
 			_, _, err = v.Update(ctx, map[string]types.AttributeValue{"pk": &types.AttributeValueMemberS{Value: "k"}},

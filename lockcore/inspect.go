@@ -37,6 +37,8 @@ const (
 	StrategyTicket Strategy = "ticket" // TicketLock: one row, sort key "<namespace>#ticket"
 	StrategyQueue  Strategy = "queue"  // Queue: "<namespace>#counter" and "<namespace>#t#<ticket>" rows
 	StrategyItem   Strategy = "item"   // ItemLocker: lock attributes on a data item
+	// StrategyVersioned names Versioned in option errors; it holds no locks to inspect.
+	StrategyVersioned Strategy = "versioned"
 )
 
 // ParseStrategy parses "mutex", "ticket", "queue" or "item".
@@ -708,10 +710,10 @@ func (in *Inspector) ShowItem(ctx context.Context, table string, key map[string]
 	if attrs == (ItemAttributes{}) {
 		attrs = DefaultItemAttributes
 	}
-	il := &ItemLocker{attrs: attrs}
-	if err := WithItemAttributes(attrs)(il); err != nil {
+	if err := WithItemAttributes(attrs)(&config{}); err != nil {
 		return nil, err
 	}
+	il := &ItemLocker{attrs: attrs}
 	if err := il.validateKey(key); err != nil {
 		return nil, err
 	}

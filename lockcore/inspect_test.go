@@ -222,7 +222,7 @@ func TestInspectItem(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	ctx := ctxT(t, time.Minute)
-	il, _ := lockcore.NewItemLocker(e.db, e.data, fast("a"))
+	il, _ := lockcore.NewItemLocker(e.db, e.data, fast("a")...)
 	l, err := il.Acquire(ctx, dataKey("SKU#apple"))
 	if err != nil {
 		t.Fatal(err)

@@ -35,13 +35,11 @@ func (a ItemAttributes) all() []string {
 	return []string{a.LockedBy, a.LockTime, a.Owner, a.Until, a.LeaseMs, a.Rev, a.Fence, a.Write}
 }
 
-// ItemOption configures an ItemLocker.
-type ItemOption func(*ItemLocker) error
-
-// WithItemAttributes renames the lock attributes. Every name must be non-empty and
-// distinct.
-func WithItemAttributes(a ItemAttributes) ItemOption {
-	return func(il *ItemLocker) error {
+// WithItemAttributes renames an ItemLocker's lock attributes. Every name must be
+// non-empty and distinct. Other strategies refuse it.
+func WithItemAttributes(a ItemAttributes) Option {
+	return func(c *config) error {
+		c.only("itemAttributes", StrategyItem)
 		seen := map[string]bool{}
 		for _, n := range a.all() {
 			if err := validateAttrName("itemAttributes", n); err != nil {
@@ -52,15 +50,16 @@ func WithItemAttributes(a ItemAttributes) ItemOption {
 			}
 			seen[n] = true
 		}
-		il.attrs = a
+		c.item.attrs = &a
 		return nil
 	}
 }
 
-// RequireItem makes Acquire fail with ErrItemNotFound when the item does not exist,
-// instead of creating it with only its key and lock attributes.
-func RequireItem() ItemOption {
-	return func(il *ItemLocker) error { il.requireItem = true; return nil }
+// RequireItem makes an ItemLocker's Acquire fail with ErrItemNotFound when the item does
+// not exist, instead of creating it with only its key and lock attributes. Other
+// strategies refuse it.
+func RequireItem() Option {
+	return func(c *config) error { c.only("requireItem", StrategyItem); c.item.require = true; return nil }
 }
 
 // ItemLocker implements the locking read: the lock lives in attributes of the data item
@@ -76,21 +75,16 @@ type ItemLocker struct {
 	requireItem bool
 }
 
-// NewItemLocker returns an ItemLocker on table. opts are the common options; itemOpts
-// configure the attribute names and whether the item must exist.
-func NewItemLocker(db DynamoDB, table string, opts []Option, itemOpts ...ItemOption) (*ItemLocker, error) {
-	cfg, err := clientConfig(db, table, opts)
+// NewItemLocker returns an ItemLocker on table, a table of the caller's. Besides the
+// common options it takes WithItemAttributes and RequireItem.
+func NewItemLocker(db DynamoDB, table string, opts ...Option) (*ItemLocker, error) {
+	cfg, err := clientConfig(db, table, StrategyItem, opts)
 	if err != nil {
 		return nil, err
 	}
-	il := &ItemLocker{db: db, table: table, cfg: cfg, attrs: DefaultItemAttributes}
-	for _, o := range itemOpts {
-		if o == nil {
-			continue
-		}
-		if err := o(il); err != nil {
-			return nil, err
-		}
+	il := &ItemLocker{db: db, table: table, cfg: cfg, attrs: DefaultItemAttributes, requireItem: cfg.item.require}
+	if cfg.item.attrs != nil {
+		il.attrs = *cfg.item.attrs
 	}
 	return il, nil
 }
@@ -205,7 +199,7 @@ func (il *ItemLocker) Acquire(ctx context.Context, key map[string]types.Attribut
 
 // TryAcquire is Acquire with NoWait.
 func (il *ItemLocker) TryAcquire(ctx context.Context, key map[string]types.AttributeValue, opts ...AcquireOption) (*ItemLease, error) {
-	return il.Acquire(ctx, key, append(opts, Wait(NoWait()))...)
+	return il.Acquire(ctx, key, append(opts, NoWait())...)
 }
 
 func (il *ItemLocker) validateKey(key map[string]types.AttributeValue) error {

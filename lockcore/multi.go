@@ -74,7 +74,7 @@ func (m *Mutex) AcquireAll(ctx context.Context, keys []string, opts ...AcquireOp
 		if !policy.forever && policy.max > 0 {
 			policy = WaitUpTo(max(0, policy.max-m.cfg.clock.Now().Sub(start)))
 		}
-		l, err := m.Acquire(ctx, k, append(slices.Clone(opts), Wait(policy))...)
+		l, err := m.Acquire(ctx, k, append(slices.Clone(opts), policy)...)
 		if err != nil {
 			rctx, cancel := detached(ctx)
 			_ = ml.Release(rctx)

@@ -35,7 +35,7 @@ const (
 )
 
 // Mutex is a lease-based mutual-exclusion lock on rows of a lock table (partition key
-// "pk", sort key "sk", TTL attribute "expiresAt", as LockTable in template.yaml).
+// "pk", sort key "sk", TTL attribute "expiresAt"; CreateLockTable makes one).
 //
 // An uncontended critical section costs two calls: one conditional UpdateItem to
 // acquire (which also returns the holder when it fails) and one to release; heartbeats
@@ -49,7 +49,7 @@ type Mutex struct {
 
 // NewMutex returns a Mutex on table. It validates the options.
 func NewMutex(db DynamoDB, table string, opts ...Option) (*Mutex, error) {
-	cfg, err := clientConfig(db, table, opts)
+	cfg, err := clientConfig(db, table, StrategyMutex, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -135,7 +135,7 @@ func (m *Mutex) Acquire(ctx context.Context, key string, opts ...AcquireOption) 
 
 // TryAcquire takes the lock only if it is free now (NoWait).
 func (m *Mutex) TryAcquire(ctx context.Context, key string, opts ...AcquireOption) (*Lease, error) {
-	return m.Acquire(ctx, key, append(opts, Wait(NoWait()))...)
+	return m.Acquire(ctx, key, append(opts, NoWait())...)
 }
 
 func (m *Mutex) validate(key, ns string) error {

@@ -81,6 +81,25 @@ type config struct {
 	seen        *observations
 	server      *serverClock
 	observer    Observer
+
+	// Strategy options, refused by the other strategies.
+	strategyOnly map[string]Strategy // option field → the strategy it belongs to
+	item         struct {
+		attrs   *ItemAttributes
+		require bool
+	}
+	versioned struct {
+		attr        string
+		maxAttempts int
+	}
+}
+
+// only records that option field belongs to strategy s.
+func (c *config) only(field string, s Strategy) {
+	if c.strategyOnly == nil {
+		c.strategyOnly = map[string]Strategy{}
+	}
+	c.strategyOnly[field] = s
 }
 
 // testHooks lets tests inject delays at precise points of a protocol.
@@ -213,8 +232,8 @@ func WithWait(p WaitPolicy) Option {
 	}
 }
 
-// clientConfig validates a constructor's arguments and options.
-func clientConfig(db DynamoDB, table string, opts []Option) (*config, error) {
+// clientConfig validates a constructor's arguments and options for strategy s.
+func clientConfig(db DynamoDB, table string, s Strategy, opts []Option) (*config, error) {
 	if db == nil {
 		return nil, invalidOption("db", "must not be nil")
 	}
@@ -224,7 +243,16 @@ func clientConfig(db DynamoDB, table string, opts []Option) (*config, error) {
 	if table == "" {
 		return nil, invalidOption("table", "must not be empty")
 	}
-	return newConfig(opts)
+	c, err := newConfig(opts)
+	if err != nil {
+		return nil, err
+	}
+	for field, owner := range c.strategyOnly {
+		if owner != s {
+			return nil, invalidOption(field, "applies to the %s strategy only, not to %s", owner, s)
+		}
+	}
+	return c, nil
 }
 
 func newConfig(opts []Option) (*config, error) {

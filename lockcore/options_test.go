@@ -47,8 +47,8 @@ func TestInvalidOptions(t *testing.T) {
 			for ctor, build := range map[string]func() error{
 				"Mutex":      func() error { _, err := lockcore.NewMutex(db, "t", c.opts...); return err },
 				"Queue":      func() error { _, err := lockcore.NewQueue(db, "t", c.opts...); return err },
-				"ItemLocker": func() error { _, err := lockcore.NewItemLocker(db, "t", c.opts); return err },
-				"Versioned":  func() error { _, err := lockcore.NewVersioned(db, "t", c.opts); return err },
+				"ItemLocker": func() error { _, err := lockcore.NewItemLocker(db, "t", c.opts...); return err },
+				"Versioned":  func() error { _, err := lockcore.NewVersioned(db, "t", c.opts...); return err },
 			} {
 				err := build()
 				var oe *lockcore.OptionError
@@ -67,15 +67,15 @@ func TestInvalidOptions(t *testing.T) {
 	if _, err := lockcore.NewQueue(db, "t", lockcore.WithHeartbeat(0)); !errors.Is(err, lockcore.ErrInvalidOption) {
 		t.Errorf("queue without heartbeat: %v", err)
 	}
-	if _, err := lockcore.NewItemLocker(db, "t", nil, lockcore.WithItemAttributes(lockcore.ItemAttributes{LockedBy: "x"})); !errors.Is(err, lockcore.ErrInvalidOption) {
+	if _, err := lockcore.NewItemLocker(db, "t", lockcore.WithItemAttributes(lockcore.ItemAttributes{LockedBy: "x"})); !errors.Is(err, lockcore.ErrInvalidOption) {
 		t.Errorf("incomplete item attributes: %v", err)
 	}
 	dup := lockcore.DefaultItemAttributes
 	dup.Owner = dup.LockedBy
-	if _, err := lockcore.NewItemLocker(db, "t", nil, lockcore.WithItemAttributes(dup)); !errors.Is(err, lockcore.ErrInvalidOption) {
+	if _, err := lockcore.NewItemLocker(db, "t", lockcore.WithItemAttributes(dup)); !errors.Is(err, lockcore.ErrInvalidOption) {
 		t.Errorf("duplicate item attributes: %v", err)
 	}
-	if _, err := lockcore.NewVersioned(db, "t", nil, lockcore.MaxAttempts(0)); !errors.Is(err, lockcore.ErrInvalidOption) {
+	if _, err := lockcore.NewVersioned(db, "t", lockcore.MaxAttempts(0)); !errors.Is(err, lockcore.ErrInvalidOption) {
 		t.Errorf("zero attempts: %v", err)
 	}
 }
@@ -87,7 +87,7 @@ func TestInvalidKeys(t *testing.T) {
 		t.Fatal(err)
 	}
 	q, _ := lockcore.NewQueue(db, "t")
-	il, _ := lockcore.NewItemLocker(db, "t", nil)
+	il, _ := lockcore.NewItemLocker(db, "t")
 	ctx := context.Background()
 	cases := []struct {
 		name  string

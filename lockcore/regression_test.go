@@ -87,7 +87,7 @@ func TestItemUpdateLostResponseAppliedOnce(t *testing.T) {
 	f.landAndLose = func(in *dynamodb.UpdateItemInput) bool {
 		return strings.Contains(updExpr(in), "ADD") && in.ReturnValues == types.ReturnValueAllNew && f.failReads.Load() == -100
 	}
-	il, _ := lockcore.NewItemLocker(f, e.data, fast("a"))
+	il, _ := lockcore.NewItemLocker(f, e.data, fast("a")...)
 	l, err := il.Acquire(ctx, dataKey("u1"))
 	if err != nil {
 		t.Fatal(err)
@@ -141,7 +141,7 @@ func TestItemUpdateLateDuplicateRefused(t *testing.T) {
 	e := newEnv(t)
 	ctx := ctxT(t, 30*time.Second)
 	f := &lateWrite{DynamoDB: e.db, match: func(in *dynamodb.UpdateItemInput) bool { return strings.Contains(updExpr(in), "ADD") }}
-	il, _ := lockcore.NewItemLocker(f, e.data, fast("a"))
+	il, _ := lockcore.NewItemLocker(f, e.data, fast("a")...)
 	l, err := il.Acquire(ctx, dataKey("u2"))
 	if err != nil {
 		t.Fatal(err)
@@ -173,7 +173,7 @@ func TestUpdateAndReleaseLostResponseNotMisreported(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	ctx := ctxT(t, 30*time.Second)
-	b, _ := lockcore.NewItemLocker(e.db, e.data, fast("b"))
+	b, _ := lockcore.NewItemLocker(e.db, e.data, fast("b")...)
 	f := &faulty{DynamoDB: e.db}
 	f.landAndLose = func(in *dynamodb.UpdateItemInput) bool {
 		return strings.Contains(updExpr(in), "REMOVE") && in.ReturnValues == types.ReturnValueAllNew
@@ -189,7 +189,7 @@ func TestUpdateAndReleaseLostResponseNotMisreported(t *testing.T) {
 			t.Errorf("b: %v", err)
 		}
 	}
-	a, _ := lockcore.NewItemLocker(f, e.data, fast("a"))
+	a, _ := lockcore.NewItemLocker(f, e.data, fast("a")...)
 	la, err := a.Acquire(ctx, dataKey("u3"))
 	if err != nil {
 		t.Fatal(err)
@@ -272,7 +272,7 @@ func TestItemTokenGuarantee(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	ctx := ctxT(t, 30*time.Second)
-	il, _ := lockcore.NewItemLocker(e.db, e.data, fast("a"))
+	il, _ := lockcore.NewItemLocker(e.db, e.data, fast("a")...)
 	var last lockcore.Fence
 	for i := range 3 {
 		l, err := il.Acquire(ctx, dataKey("tok"))
@@ -409,7 +409,7 @@ func TestUpdateBuilderNotModified(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	ctx := ctxT(t, 30*time.Second)
-	il, _ := lockcore.NewItemLocker(e.db, e.data, fast("a"))
+	il, _ := lockcore.NewItemLocker(e.db, e.data, fast("a")...)
 	upd := expression.Set(expression.Name("v"), expression.Value(7))
 	before, _ := expression.NewBuilder().WithUpdate(upd).Build()
 	for _, k := range []string{"b1", "b2", "b3"} {
@@ -433,8 +433,8 @@ func TestFailedUpdateAndReleaseKeepsHeartbeat(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	ctx := ctxT(t, 30*time.Second)
-	il, _ := lockcore.NewItemLocker(e.db, e.data, fast("a"))
-	b, _ := lockcore.NewItemLocker(e.db, e.data, fast("b"))
+	il, _ := lockcore.NewItemLocker(e.db, e.data, fast("a")...)
+	b, _ := lockcore.NewItemLocker(e.db, e.data, fast("b")...)
 	l, err := il.Acquire(ctx, dataKey("hb"))
 	if err != nil {
 		t.Fatal(err)
@@ -478,7 +478,7 @@ func TestPublicAPIEdges(t *testing.T) {
 	if _, err := tl.GuardCheck(nil); !errors.Is(err, lockcore.ErrInvalidOption) {
 		t.Errorf("TicketLock.GuardCheck(nil): %v", err)
 	}
-	v, _ := lockcore.NewVersioned(e.db, e.data, fast("a"))
+	v, _ := lockcore.NewVersioned(e.db, e.data, fast("a")...)
 	if _, _, err := v.Update(ctx, dataKey("v"), nil); !errors.Is(err, lockcore.ErrInvalidOption) || !strings.Contains(err.Error(), "merge") {
 		t.Errorf("Versioned.Update(nil merge): %v, want ErrInvalidOption naming merge", err)
 	}

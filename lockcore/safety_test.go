@@ -133,8 +133,8 @@ func TestPausedHolderLockingRead(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	ctx := ctxT(t, time.Minute)
-	a, _ := lockcore.NewItemLocker(e.db, e.data, fast("a", lockcore.WithHeartbeat(0)))
-	b, _ := lockcore.NewItemLocker(e.db, e.data, fast("b"))
+	a, _ := lockcore.NewItemLocker(e.db, e.data, fast("a", lockcore.WithHeartbeat(0))...)
+	b, _ := lockcore.NewItemLocker(e.db, e.data, fast("b")...)
 	la, err := a.Acquire(ctx, dataKey("doc"))
 	if err != nil {
 		t.Fatal(err)
@@ -353,7 +353,7 @@ func TestAmbiguousAcquire(t *testing.T) {
 	_ = lb.Release(ctx)
 
 	// Locking read: same.
-	il, _ := lockcore.NewItemLocker(f, e.data, fast("a"))
+	il, _ := lockcore.NewItemLocker(f, e.data, fast("a")...)
 	f.mu.Lock()
 	f.fails = 1
 	f.mu.Unlock()
@@ -367,7 +367,7 @@ func TestAmbiguousAcquire(t *testing.T) {
 	if _, err := il.UpdateAndRelease(ctx, l, expression.Set(expression.Name("v"), expression.Value(1)), nil); err != nil {
 		t.Fatalf("update-and-release after a lost response: %v", err)
 	}
-	il2, _ := lockcore.NewItemLocker(e.db, e.data, fast("b"))
+	il2, _ := lockcore.NewItemLocker(e.db, e.data, fast("b")...)
 	l2, err := il2.TryAcquire(ctx, dataKey("doc"))
 	if err != nil {
 		t.Fatalf("item lock orphaned: %v", err)
@@ -430,8 +430,8 @@ func TestOwnerIsolation(t *testing.T) {
 		t.Fatalf("lock changed: before %+v after %+v", before.Holder, after.Holder)
 	}
 	// Same for the locking read.
-	ia, _ := lockcore.NewItemLocker(e.db, e.data, fast("a", lockcore.WithHeartbeat(0)))
-	ib, _ := lockcore.NewItemLocker(e.db, e.data, fast("b"))
+	ia, _ := lockcore.NewItemLocker(e.db, e.data, fast("a", lockcore.WithHeartbeat(0))...)
+	ib, _ := lockcore.NewItemLocker(e.db, e.data, fast("b")...)
 	il, err := ia.Acquire(ctx, dataKey("doc"))
 	if err != nil {
 		t.Fatal(err)
@@ -611,7 +611,7 @@ func TestVersionedAdoptsUnversionedItem(t *testing.T) {
 	if _, err := e.db.PutItem(ctx, &dynamodb.PutItemInput{TableName: aws.String(e.data), Item: it}); err != nil {
 		t.Fatal(err)
 	}
-	v, _ := lockcore.NewVersioned(e.db, e.data, fast("v"), lockcore.MaxAttempts(3))
+	v, _ := lockcore.NewVersioned(e.db, e.data, fast("v", lockcore.MaxAttempts(3))...)
 	_, ver, err := v.Update(ctx, dataKey("legacy"), func(cur map[string]types.AttributeValue) (map[string]types.AttributeValue, error) {
 		return map[string]types.AttributeValue{"n": &types.AttributeValueMemberN{Value: "8"}}, nil
 	})

@@ -64,7 +64,7 @@ type TicketLock struct {
 // holder that stops heartbeating is skipped after a lease) and takeover is by
 // observation only.
 func NewTicketLock(db DynamoDB, table string, opts ...Option) (*TicketLock, error) {
-	cfg, err := clientConfig(db, table, opts)
+	cfg, err := clientConfig(db, table, StrategyTicket, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -217,7 +217,7 @@ func (t *TicketLock) Acquire(ctx context.Context, key string, opts ...AcquireOpt
 
 // TryAcquire takes the lock only if nobody holds or waits for it (NoWait).
 func (t *TicketLock) TryAcquire(ctx context.Context, key string, opts ...AcquireOption) (*Lease, error) {
-	return t.Acquire(ctx, key, append(opts, Wait(NoWait()))...)
+	return t.Acquire(ctx, key, append(opts, NoWait())...)
 }
 
 var errTicketSkipped = errors.New("lockcore: ticket skipped")

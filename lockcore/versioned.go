@@ -27,48 +27,50 @@ type Versioned struct {
 	maxAttempts int
 }
 
-// VersionOption configures a Versioned store.
-type VersionOption func(*Versioned) error
+const versionWriterAttr = "versionWriter"
 
-// VersionAttribute names the version attribute (default "version").
-func VersionAttribute(n string) VersionOption {
-	return func(v *Versioned) error {
+// VersionAttribute names a Versioned store's version attribute (default "version").
+// Other strategies refuse it.
+func VersionAttribute(n string) Option {
+	return func(c *config) error {
+		c.only("versionAttribute", StrategyVersioned)
 		if err := validateAttrName("versionAttribute", n); err != nil {
 			return err
 		}
-		if n == v.writerAttr {
+		if n == versionWriterAttr {
 			return invalidOption("versionAttribute", "%q is reserved", n)
 		}
-		v.versionAttr = n
+		c.versioned.attr = n
 		return nil
 	}
 }
 
-// MaxAttempts bounds the read-merge-write attempts of one Update (default 10).
-func MaxAttempts(k int) VersionOption {
-	return func(v *Versioned) error {
+// MaxAttempts bounds the read-merge-write attempts of one Versioned.Update (default 10).
+// Other strategies refuse it.
+func MaxAttempts(k int) Option {
+	return func(c *config) error {
+		c.only("maxAttempts", StrategyVersioned)
 		if k < 1 {
 			return invalidOption("maxAttempts", "must be at least 1, got %d", k)
 		}
-		v.maxAttempts = k
+		c.versioned.maxAttempts = k
 		return nil
 	}
 }
 
-// NewVersioned returns a Versioned store on table.
-func NewVersioned(db DynamoDB, table string, opts []Option, vopts ...VersionOption) (*Versioned, error) {
-	cfg, err := clientConfig(db, table, opts)
+// NewVersioned returns a Versioned store on table, a table of the caller's. Besides the
+// common options it takes VersionAttribute and MaxAttempts.
+func NewVersioned(db DynamoDB, table string, opts ...Option) (*Versioned, error) {
+	cfg, err := clientConfig(db, table, StrategyVersioned, opts)
 	if err != nil {
 		return nil, err
 	}
-	v := &Versioned{db: db, table: table, cfg: cfg, versionAttr: "version", writerAttr: "versionWriter", maxAttempts: 10}
-	for _, o := range vopts {
-		if o == nil {
-			continue
-		}
-		if err := o(v); err != nil {
-			return nil, err
-		}
+	v := &Versioned{db: db, table: table, cfg: cfg, versionAttr: "version", writerAttr: versionWriterAttr, maxAttempts: 10}
+	if cfg.versioned.attr != "" {
+		v.versionAttr = cfg.versioned.attr
+	}
+	if cfg.versioned.maxAttempts > 0 {
+		v.maxAttempts = cfg.versioned.maxAttempts
 	}
 	return v, nil
 }

@@ -324,7 +324,7 @@ func TestLocksShowItem(t *testing.T) {
 	defer cancel()
 	data := testenv.Table(t, "InventoryTable")
 	db := testenv.Client(t)
-	il, _ := lockcore.NewItemLocker(db, data, opts("worker-i"))
+	il, _ := lockcore.NewItemLocker(db, data, opts("worker-i")...)
 	key := map[string]types.AttributeValue{
 		"pk": &types.AttributeValueMemberS{Value: "SKU#apple"}, "sk": &types.AttributeValueMemberS{Value: "STOCK"}}
 	l, err := il.Acquire(ctx, key)

@@ -110,7 +110,7 @@ func Strategies() []Strategy {
 			About: "lockcore.ItemLocker: lock attributes on an item of the data table (a lock item beside the counter)",
 			Modes: lockcoreModes(),
 			New: func(env *Env, owner string, t Tuning) (Worker, error) {
-				il, err := lockcore.NewItemLocker(env.Lock, env.DataTable, lockcoreOptions(owner, t))
+				il, err := lockcore.NewItemLocker(env.Lock, env.DataTable, lockcoreOptions(owner, t)...)
 				if err != nil {
 					return nil, err
 				}
@@ -145,7 +145,7 @@ func Strategies() []Strategy {
 			Name:  "versioned",
 			About: "lockcore.Versioned: no lock; consistent read + write conditioned on the version, retried",
 			New: func(env *Env, owner string, t Tuning) (Worker, error) {
-				v, err := lockcore.NewVersioned(env.Lock, env.DataTable, lockcoreOptions(owner, t))
+				v, err := lockcore.NewVersioned(env.Lock, env.DataTable, lockcoreOptions(owner, t)...)
 				if err != nil {
 					return nil, err
 				}

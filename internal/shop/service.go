@@ -337,7 +337,7 @@ func (s *Service) buildLockers() error {
 	}, s.lockOpts...)
 	var err error
 	if s.t.Orders != "" {
-		if s.orders, err = lockcore.NewItemLocker(s.db, s.t.Orders, opts); err != nil {
+		if s.orders, err = lockcore.NewItemLocker(s.db, s.t.Orders, opts...); err != nil {
 			return fmt.Errorf("shop: %w", err)
 		}
 	}
