@@ -136,83 +136,47 @@ func (q *Queue) enqueue(ctx context.Context, key, ns, leaseID string, lease time
 	// a re-read. It may have landed (then its row is ours and must be used, not left
 	// behind as an orphan every later ticket would wait a lease for) or may still land
 	// while the counter stays below it.
-	var pending struct {
-		ticket, ttl int64
-	}
+	var pending struct{ ticket, ttl int64 }
 	fail := func(err error) (int64, time.Time, int64, error) { return 0, time.Time{}, 0, err }
+	backOff := func(last error) error { // nil: try again; else the wait ended
+		if serr := sleep(ctx, bo.next()); serr != nil {
+			q.dropPending(ctx, key, ns, pending.ticket, leaseID)
+			return fmt.Errorf("lockcore: queue %q: %w (last error: %v)", key, serr, last)
+		}
+		return nil
+	}
 	for {
 		if !known {
-			counter, err := readItem(ctx, q.db, q.table, counterKey)
+			c, mine, err := q.readCounter(ctx, counterKey, key, ns, leaseID, pending.ticket)
 			if err != nil {
 				if classify(err) == errFatal {
 					return fail(fmt.Errorf("lockcore: queue %q: read counter: %w", key, err))
 				}
-				if serr := sleep(ctx, bo.next()); serr != nil {
-					q.dropPending(ctx, key, ns, pending.ticket, leaseID)
-					return fail(fmt.Errorf("lockcore: queue %q: %w (last error: %v)", key, serr, err))
+				if berr := backOff(err); berr != nil {
+					return fail(berr)
 				}
 				continue
 			}
-			cur, _ = attrN(counter, attrNext)
-			known = true
-			if pending.ticket != 0 && cur >= pending.ticket {
-				// The counter passed our uncertain ticket: its row tells whether it was ours.
-				r, rerr := readItem(ctx, q.db, q.table, item{attrPK: s(key), attrSK: s(ticketSK(ns, pending.ticket))})
-				if rerr != nil {
-					known = false
-					if serr := sleep(ctx, bo.next()); serr != nil {
-						q.dropPending(ctx, key, ns, pending.ticket, leaseID)
-						return fail(fmt.Errorf("lockcore: queue %q: %w (last error: %v)", key, serr, rerr))
-					}
-					continue
-				}
-				if attrS(r, attrLeaseID) == leaseID {
-					return pending.ticket, firstUncertain, pending.ttl, nil // it landed
-				}
+			if mine {
+				return pending.ticket, firstUncertain, pending.ttl, nil // it landed
+			}
+			if pending.ticket != 0 && c >= pending.ticket {
 				pending.ticket = 0 // another waiter's ticket: ours can never land now
 			}
+			cur, known = c, true
 		}
 		ticket := cur + 1
-		counterCond := expression.Equal(name(attrNext), value(cur))
-		if cur == 0 {
-			counterCond = expression.AttributeNotExists(name(attrNext))
-		}
-		ce := expr(expression.NewBuilder().WithCondition(counterCond).
-			WithUpdate(expression.Set(name(attrNext), value(ticket))))
 		now := q.cfg.clock.Now()
-		until := now.Add(lease)
 		ttl := q.cfg.ttlAt(now, lease+q.cfg.ttlGrace)
 		if pending.ticket == ticket {
 			ttl = pending.ttl // the same request again: a duplicate of it must fail
 		}
-		row := item{
+		out, err := q.issue(ctx, counterKey, cur, item{
 			attrPK: s(key), attrSK: s(ticketSK(ns, ticket)),
 			attrTicket: n(ticket), attrLeaseID: s(leaseID), attrOwner: s(q.cfg.owner),
-			attrRev: n(1), attrHB: n(now.UnixMilli()), attrUntil: n(until.UnixMilli()),
-			attrLeaseMs: n(lease.Milliseconds()), attrState: s(stateHeld),
-			attrExpiresAt: n(ttl),
-		}
-		re := expr(expression.NewBuilder().WithCondition(expression.AttributeNotExists(name(attrPK))))
-		out, err := q.db.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{
-			TransactItems: []types.TransactWriteItem{
-				{Update: &types.Update{
-					TableName:                           aws.String(q.table),
-					Key:                                 counterKey,
-					ConditionExpression:                 ce.Condition(),
-					UpdateExpression:                    ce.Update(),
-					ExpressionAttributeNames:            ce.Names(),
-					ExpressionAttributeValues:           ce.Values(),
-					ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
-				}},
-				{Put: &types.Put{
-					TableName:                 aws.String(q.table),
-					Item:                      row,
-					ConditionExpression:       re.Condition(),
-					ExpressionAttributeNames:  re.Names(),
-					ExpressionAttributeValues: re.Values(),
-				}},
-			},
-		}, noSDKRetry)
+			attrRev: n(1), attrHB: n(now.UnixMilli()), attrUntil: n(now.Add(lease).UnixMilli()),
+			attrLeaseMs: n(lease.Milliseconds()), attrState: s(stateHeld), attrExpiresAt: n(ttl),
+		})
 		if err == nil {
 			q.cfg.observeServer(out.ResultMetadata)
 			if !firstUncertain.IsZero() {
@@ -247,20 +211,72 @@ func (q *Queue) enqueue(ctx context.Context, key, ns, leaseID string, lease time
 				firstUncertain = now
 			}
 			rctx, cancel := detached(ctx)
-			r, rerr := readItem(rctx, q.db, q.table, item{attrPK: s(key), attrSK: s(ticketSK(ns, ticket))})
+			mine, rerr := q.ownsTicket(rctx, key, ns, ticket, leaseID)
 			cancel()
-			if rerr == nil && attrS(r, attrLeaseID) == leaseID {
+			if rerr == nil && mine {
 				return ticket, firstUncertain, ttl, nil // it landed
 			}
 			pending.ticket, pending.ttl = ticket, ttl
 			known = false
 		}
 		// Throttled, conflicting transaction or unknown state: back off, read again.
-		if serr := sleep(ctx, bo.next()); serr != nil {
-			q.dropPending(ctx, key, ns, pending.ticket, leaseID)
-			return fail(fmt.Errorf("lockcore: queue %q: %w (last error: %v)", key, serr, err))
+		if berr := backOff(err); berr != nil {
+			return fail(berr)
 		}
 	}
+}
+
+// issue sends the transaction that issues ticket cur+1: the counter moves from cur (absent
+// for 0) to cur+1, and the ticket's row is put, or neither happens.
+func (q *Queue) issue(ctx context.Context, counterKey item, cur int64, row item) (*dynamodb.TransactWriteItemsOutput, error) {
+	counterCond := expression.Equal(name(attrNext), value(cur))
+	if cur == 0 {
+		counterCond = expression.AttributeNotExists(name(attrNext))
+	}
+	ce := expr(expression.NewBuilder().WithCondition(counterCond).
+		WithUpdate(expression.Set(name(attrNext), value(cur+1))))
+	re := expr(expression.NewBuilder().WithCondition(expression.AttributeNotExists(name(attrPK))))
+	return q.db.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{
+		TransactItems: []types.TransactWriteItem{
+			{Update: &types.Update{
+				TableName:                           aws.String(q.table),
+				Key:                                 counterKey,
+				ConditionExpression:                 ce.Condition(),
+				UpdateExpression:                    ce.Update(),
+				ExpressionAttributeNames:            ce.Names(),
+				ExpressionAttributeValues:           ce.Values(),
+				ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
+			}},
+			{Put: &types.Put{
+				TableName:                 aws.String(q.table),
+				Item:                      row,
+				ConditionExpression:       re.Condition(),
+				ExpressionAttributeNames:  re.Names(),
+				ExpressionAttributeValues: re.Values(),
+			}},
+		},
+	}, noSDKRetry)
+}
+
+// readCounter reads the queue's counter. When it has passed pending, an uncertain ticket
+// of ours, pending's row tells whether that ticket was issued to us (mine).
+func (q *Queue) readCounter(ctx context.Context, counterKey item, key, ns, leaseID string, pending int64) (cur int64, mine bool, err error) {
+	counter, err := readItem(ctx, q.db, q.table, counterKey)
+	if err != nil {
+		return 0, false, err
+	}
+	cur, _ = attrN(counter, attrNext)
+	if pending == 0 || cur < pending {
+		return cur, false, nil
+	}
+	mine, err = q.ownsTicket(ctx, key, ns, pending, leaseID)
+	return cur, mine, err
+}
+
+// ownsTicket reads ticket's row: whether it holds leaseID.
+func (q *Queue) ownsTicket(ctx context.Context, key, ns string, ticket int64, leaseID string) (bool, error) {
+	r, err := readItem(ctx, q.db, q.table, item{attrPK: s(key), attrSK: s(ticketSK(ns, ticket))})
+	return err == nil && attrS(r, attrLeaseID) == leaseID, err
 }
 
 // dropPending deletes, best effort, the row of a ticket whose transaction may have

@@ -532,59 +532,85 @@ func (il *ItemLocker) write(ctx context.Context, lease *ItemLease, update expres
 					return nil, fmt.Errorf("lockcore: %s %s: condition failed and re-read failed: %w", op, l.key, rerr)
 				}
 			}
-			cur := attrS(old, il.attrs.Write)
-			if cur == writeID {
+			ok, adopt, cerr := il.conflict(lease, old, op, writeID, uncertain)
+			switch {
+			case ok:
 				return landed(old) // an earlier attempt of this write landed
-			}
-			if attrS(old, il.attrs.LockedBy) == l.id && attrS(old, il.attrs.Owner) == l.owner {
-				if w.allows(cur) {
-					return nil, fmt.Errorf("lockcore: %s %s: %w", op, l.key, ErrConditionFailed)
-				}
-				// Still ours, but written by someone else under this lease (an attached
-				// handle): follow the chain from there.
-				if adopted++; adopted <= 3 {
-					w.known, w.last, w.pending = true, cur, nil
-					continue
-				}
+			case adopt != "" && adopted < 3:
+				adopted++
+				w.known, w.last, w.pending = true, adopt, nil
+				continue
+			case adopt != "":
 				return nil, fmt.Errorf("lockcore: %s %s: the item's write id keeps changing under this lease: %w", op, l.key, ErrConditionFailed)
 			}
-			lerr := il.classifyOld(op, l, old)
-			if uncertain && errors.Is(lerr, ErrLeaseLost) {
-				// Our earlier attempt may have landed before the lease changed hands.
-				lerr = &LeaseError{Op: op, Key: l.key, LeaseID: l.id, Current: il.holderOf(old), Err: errLostUnknown}
-			}
-			if errors.Is(lerr, ErrLeaseLost) {
-				l.finish(lerr)
-			}
-			return nil, lerr
+			return nil, cerr
 		case errFatal:
 			return nil, unknown(err)
 		case errAmbiguous:
 			uncertain = true
-			rctx, cancel := detached(ctx)
-			cur, rerr := il.read(rctx, lease.ikey)
-			cancel()
-			if rerr == nil {
-				switch {
-				case attrS(cur, il.attrs.Write) == writeID:
-					return landed(cur)
-				case attrS(cur, il.attrs.LockedBy) == l.id:
-					// Still ours and not written yet: retrying the same write is safe,
-					// its condition refuses a second landing.
-				default:
-					// The lease changed hands. Our write may have landed and been
-					// overwritten since, or never landed: nobody can tell.
-					lerr := &LeaseError{Op: op, Key: l.key, LeaseID: l.id, Current: il.holderOf(cur),
-						Err: fmt.Errorf("%w (last error: %v)", errLostUnknown, err)}
-					l.finish(lerr)
-					return nil, lerr
+			if cur, done, aerr := il.reread(ctx, lease, op, writeID, err); done {
+				if aerr != nil {
+					return nil, aerr
 				}
+				return landed(cur)
 			}
 		}
 		if serr := sleep(ctx, bo.next()); serr != nil {
 			return nil, unknown(fmt.Errorf("%w (last error: %v)", serr, err))
 		}
 	}
+}
+
+// reread settles a write that failed ambiguously (cause) by reading the item: done with
+// the item when the write landed, done with an error when the lease changed hands (the
+// write may have landed and been overwritten, or not: nobody can tell; the lease is
+// finished), not done when the item is still ours and unwritten (retrying the same write
+// is safe: its condition refuses a second landing) or the read failed.
+func (il *ItemLocker) reread(ctx context.Context, lease *ItemLease, op, writeID string, cause error) (item, bool, error) {
+	l := lease.Lease
+	rctx, cancel := detached(ctx)
+	cur, err := il.read(rctx, lease.ikey)
+	cancel()
+	switch {
+	case err != nil:
+		return nil, false, nil
+	case attrS(cur, il.attrs.Write) == writeID:
+		return cur, true, nil
+	case attrS(cur, il.attrs.LockedBy) == l.id:
+		return nil, false, nil
+	}
+	lerr := &LeaseError{Op: op, Key: l.key, LeaseID: l.id, Current: il.holderOf(cur),
+		Err: fmt.Errorf("%w (last error: %v)", errLostUnknown, cause)}
+	l.finish(lerr)
+	return nil, true, lerr
+}
+
+// conflict decides a write whose condition failed from the item that failed it: an earlier
+// attempt of this write landed (landed); the lease is still ours and the caller's
+// condition failed (ErrConditionFailed), or another handle of this lease wrote (adopt: the
+// write id to follow from); or the lease is gone (ErrLeaseLost, with ErrUnknownOutcome when
+// an earlier attempt may have landed first; the lease is finished).
+func (il *ItemLocker) conflict(lease *ItemLease, old item, op, writeID string, uncertain bool) (landed bool, adopt string, err error) {
+	l := lease.Lease
+	cur := attrS(old, il.attrs.Write)
+	if cur == writeID {
+		return true, "", nil
+	}
+	if attrS(old, il.attrs.LockedBy) == l.id && attrS(old, il.attrs.Owner) == l.owner {
+		if lease.chain.allows(cur) {
+			return false, "", fmt.Errorf("lockcore: %s %s: %w", op, l.key, ErrConditionFailed)
+		}
+		return false, cur, nil
+	}
+	lerr := il.classifyOld(op, l, old)
+	if uncertain && errors.Is(lerr, ErrLeaseLost) {
+		// Our earlier attempt may have landed before the lease changed hands.
+		lerr = &LeaseError{Op: op, Key: l.key, LeaseID: l.id, Current: il.holderOf(old), Err: errLostUnknown}
+	}
+	if errors.Is(lerr, ErrLeaseLost) {
+		l.finish(lerr)
+	}
+	return false, "", lerr
 }
 
 func (il *ItemLocker) classifyOld(op string, l *Lease, old item) error {

@@ -437,9 +437,15 @@ func (t *TicketLock) wait(ctx context.Context, h *ticketHold, row ticketRow, sen
 		row = next
 	}
 	served = true
-	// Our turn. Refresh the lease first if much of its validity went by unnoticed.
-	l := newLease(h, t.cfg, lease, h.key, h.ns, newLeaseID(t.cfg.owner), 0, lastBefore)
-	if l.Remaining() < lease/2 {
+	return t.enter(ctx, h, row, lastBefore, ac, start)
+}
+
+// enter makes a served ticket a lease: its validity counts from lastBefore, the send time
+// of the last read that still showed an earlier ticket served (refreshed at once if much
+// of it went by unnoticed); a row without a fence epoch gets one.
+func (t *TicketLock) enter(ctx context.Context, h *ticketHold, row ticketRow, lastBefore time.Time, ac *acquireConfig, start time.Time) (*Lease, error) {
+	l := newLease(h, t.cfg, ac.lease, h.key, h.ns, newLeaseID(t.cfg.owner), 0, lastBefore)
+	if l.Remaining() < ac.lease/2 {
 		if err := l.Renew(ctx); err != nil {
 			if errors.Is(err, ErrLeaseLost) {
 				return nil, errTicketSkipped

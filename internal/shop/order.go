@@ -64,32 +64,12 @@ func (s *Service) ProcessOrder(ctx context.Context, o Order) (Outcome, error) {
 		}
 		return out, fmt.Errorf("shop: lock order %s: %w", o.OrderID, err)
 	}
-	rec := parseOrder(o.OrderID, ol.Item())
-	if rec.Status.Final() {
-		s.release(ctx, "order "+o.OrderID, ol.Lease)
-		s.count(ctx, MetricOrdersDuplicate)
-		out.Status, out.Duplicate, out.Reason = rec.Status, true, rec.Reason
-		return out, nil
-	}
-	order := o
-	if len(rec.Lines) > 0 {
-		// Seen before by a holder that did not finish: the stored version wins.
-		if rec.CustomerID != o.CustomerID || !slices.Equal(rec.Lines, o.Lines) {
-			s.log.WarnContext(ctx, "order redelivered with different content; keeping the first version",
-				"orderId", o.OrderID)
+	order, dup, err := s.prepareOrder(ctx, il, ol, o)
+	if err != nil || dup != nil {
+		if dup != nil {
+			out = *dup
 		}
-		order.CustomerID, order.Lines = rec.CustomerID, rec.Lines
-	} else {
-		now := s.now().UnixMilli()
-		upd := expression.Set(name(attrCustomerID), value(o.CustomerID)).
-			Set(name(attrLines), value(linesList(o.Lines))).
-			Set(name(attrStatus), value(string(StatusPending))).
-			Set(name(attrCreatedAt), value(now)).
-			Set(name(attrUpdatedAt), value(now))
-		if _, err := il.Update(ctx, ol, upd, nil); err != nil {
-			s.release(ctx, "order "+o.OrderID, ol.Lease)
-			return out, s.writeErr(ctx, "order "+o.OrderID+": store as pending", err)
-		}
+		return out, err
 	}
 	if err := s.crashAt(CrashOrderLocked); err != nil {
 		return out, err // a dead holder: no release; the deferred cancel stops the heartbeat
@@ -117,44 +97,20 @@ func (s *Service) ProcessOrder(ctx context.Context, o Order) (Outcome, error) {
 	}
 
 	// 3. The stock.
-	var short []string
-	for _, l := range order.Lines {
-		st, err := s.readStock(ctx, l.SKU)
-		if err != nil {
-			releaseAll()
-			return out, err
-		}
-		if st.available < int64(l.Qty) {
-			short = append(short, fmt.Sprintf("%s (requested %d, available %d)", l.SKU, l.Qty, st.available))
-		}
+	status, reason, err := s.decide(ctx, order)
+	if err != nil {
+		releaseAll()
+		return out, err
 	}
 	if err := s.crashAt(CrashStockLocked); err != nil {
 		return out, err
 	}
 
 	// 4. The decision, in one transaction.
-	status, reason := StatusReserved, ""
-	if len(short) > 0 {
-		status, reason = StatusRejected, "insufficient stock: "+strings.Join(short, "; ")
-	}
-	items := []types.TransactWriteItem{s.finalOrderItem(ol, order, status, reason)}
-	if status == StatusReserved {
-		for _, l := range order.Lines {
-			items = append(items, s.reserveItem(l, ml.Token(SKULockKey(l.SKU))))
-		}
-	}
-	// Guard every SKU lease. Past 49 lines the transaction has no room for all of them;
-	// the stock updates' fence conditions then stand in for the missing guards.
-	for _, l := range ml.Leases() {
-		if len(items) == maxTransactItems {
-			break
-		}
-		guard, err := mu.GuardCheck(l)
-		if err != nil {
-			releaseAll()
-			return out, err
-		}
-		items = append(items, guard)
+	items, err := s.decisionItems(ol, ml, mu, order, status, reason)
+	if err != nil {
+		releaseAll()
+		return out, err
 	}
 	stopOrderHB() // the transaction unlocks the order: its heartbeat must not race it
 	res, err := s.transact(ctx, items)
@@ -179,6 +135,82 @@ func (s *Service) ProcessOrder(ctx context.Context, o Order) (Outcome, error) {
 	}
 	out.Status, out.Reason = status, reason
 	return out, nil
+}
+
+// prepareOrder looks at the locked order item: a decided order is a duplicate (its lock
+// is released and dup says what was decided); an order seen before keeps its stored
+// content; a new one is stored as PENDING under the lease.
+func (s *Service) prepareOrder(ctx context.Context, il *lockcore.ItemLocker, ol *lockcore.ItemLease, o Order) (order Order, dup *Outcome, err error) {
+	rec := parseOrder(o.OrderID, ol.Item())
+	if rec.Status.Final() {
+		s.release(ctx, "order "+o.OrderID, ol.Lease)
+		s.count(ctx, MetricOrdersDuplicate)
+		return o, &Outcome{OrderID: o.OrderID, Status: rec.Status, Duplicate: true, Reason: rec.Reason}, nil
+	}
+	order = o
+	if len(rec.Lines) > 0 {
+		// Seen before by a holder that did not finish: the stored version wins.
+		if rec.CustomerID != o.CustomerID || !slices.Equal(rec.Lines, o.Lines) {
+			s.log.WarnContext(ctx, "order redelivered with different content; keeping the first version",
+				"orderId", o.OrderID)
+		}
+		order.CustomerID, order.Lines = rec.CustomerID, rec.Lines
+	} else {
+		now := s.now().UnixMilli()
+		upd := expression.Set(name(attrCustomerID), value(o.CustomerID)).
+			Set(name(attrLines), value(linesList(o.Lines))).
+			Set(name(attrStatus), value(string(StatusPending))).
+			Set(name(attrCreatedAt), value(now)).
+			Set(name(attrUpdatedAt), value(now))
+		if _, err := il.Update(ctx, ol, upd, nil); err != nil {
+			s.release(ctx, "order "+o.OrderID, ol.Lease)
+			return o, nil, s.writeErr(ctx, "order "+o.OrderID+": store as pending", err)
+		}
+	}
+	return order, nil, nil
+}
+
+// decide reads the stock of every line (under the SKU locks): RESERVED if all are
+// available, else REJECTED with the lines that are short.
+func (s *Service) decide(ctx context.Context, order Order) (Status, string, error) {
+	var short []string
+	for _, l := range order.Lines {
+		st, err := s.readStock(ctx, l.SKU)
+		if err != nil {
+			return "", "", err
+		}
+		if st.available < int64(l.Qty) {
+			short = append(short, fmt.Sprintf("%s (requested %d, available %d)", l.SKU, l.Qty, st.available))
+		}
+	}
+	if len(short) > 0 {
+		return StatusRejected, "insufficient stock: " + strings.Join(short, "; "), nil
+	}
+	return StatusReserved, "", nil
+}
+
+// decisionItems is the decision's transaction: the order's final state (which unlocks
+// it), the stock reservations when RESERVED, and a guard of every SKU lease. Past 49
+// lines the transaction has no room for all guards; the stock updates' fence conditions
+// then stand in for the missing ones.
+func (s *Service) decisionItems(ol *lockcore.ItemLease, ml *lockcore.MultiLease, mu *lockcore.Mutex, order Order, status Status, reason string) ([]types.TransactWriteItem, error) {
+	items := []types.TransactWriteItem{s.finalOrderItem(ol, order, status, reason)}
+	if status == StatusReserved {
+		for _, l := range order.Lines {
+			items = append(items, s.reserveItem(l, ml.Token(SKULockKey(l.SKU))))
+		}
+	}
+	for _, l := range ml.Leases() {
+		if len(items) == maxTransactItems {
+			break
+		}
+		guard, err := mu.GuardCheck(l)
+		if err != nil {
+			return nil, err
+		}
+		items = append(items, guard)
+	}
+	return items, nil
 }
 
 func linesList(lines []Line) []map[string]any {

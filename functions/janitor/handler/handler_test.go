@@ -112,8 +112,14 @@ func (f *fixture) crashOrder(t *testing.T, point string, o shop.Order) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Seed with the default 10 s lease: a 1 s seeding lease can run out under load
+	// (make test) before its release, leaving the SKU locked for the order below.
+	seeder, err := shop.NewService(f.db, f.tables, shop.WithOwner("seeder-"+o.OrderID))
+	if err != nil {
+		t.Fatal(err)
+	}
 	for _, l := range o.Lines {
-		if err := dead.SeedStock(context.Background(), l.SKU, 10); err != nil {
+		if err := seeder.SeedStock(context.Background(), l.SKU, 10); err != nil {
 			t.Fatal(err)
 		}
 	}
