@@ -855,6 +855,21 @@ func TestEventFilesHaveLambdaShapes(t *testing.T) {
 						t.Errorf("no %s", k)
 					}
 				}
+			case strings.HasPrefix(name, "seed-"):
+				// Not an event: the stock cmd/invoke's -seed sets before an invocation.
+				inv, _ := ev["inventory"].([]any)
+				if len(inv) == 0 {
+					t.Fatal("no inventory")
+				}
+				for i, it := range inv {
+					m, _ := it.(map[string]any)
+					if sku, _ := m["sku"].(string); sku == "" {
+						t.Errorf("inventory[%d]: no sku", i)
+					}
+					if _, ok := m["available"].(float64); !ok {
+						t.Errorf("inventory[%d]: available is not a number", i)
+					}
+				}
 			default:
 				t.Errorf("unknown event kind: add a shape check for %s", name)
 			}
