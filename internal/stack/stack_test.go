@@ -54,6 +54,8 @@ var attributes = map[string][]string{
 	"AWS::Events::Rule":             {"Arn"},
 	"AWS::Scheduler::Schedule":      {"Arn"},
 	"AWS::Serverless::StateMachine": {"Arn", "Name"},
+	"AWS::CloudWatch::Alarm":        {"Arn"},
+	"AWS::CloudWatch::Dashboard":    {},
 }
 
 func TestEveryReferenceResolves(t *testing.T) {
