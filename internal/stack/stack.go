@@ -3,8 +3,8 @@
 // statements. The local tools (cmd/invoke, the stream poller) read functions from here, and
 // the package's tests hold the template to the project's rules: every reference resolves,
 // every function builds through the root Makefile on arm64/provided.al2023 with active
-// tracing, no IAM wildcard in our statements, and the janitor's stream filter passes exactly
-// the TTL deletions.
+// tracing, no IAM wildcard in our statements, the janitor's stream filter passes exactly
+// the TTL deletions, and the alarms and the dashboard watch metrics the code really emits.
 package stack
 
 import (
