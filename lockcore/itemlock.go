@@ -165,27 +165,13 @@ func (il *ItemLocker) Acquire(ctx context.Context, key map[string]types.Attribut
 		il.cfg.acquired(ctx, StrategyItem, label, "", t0, st, l, err)
 	}()
 	leaseID := newLeaseID(il.cfg.owner)
-	var got item
-	var start, firstUncertain time.Time
-	var uncertain bool
-	err = il.cfg.waitFor(ctx, label, il.table+"\x00"+label, ac.wait, func(ctx context.Context, stale *Holder) (bool, *Holder, error) {
-		start = il.cfg.clock.Now()
-		it, holder, amb, err := il.attempt(ctx, key, leaseID, ac.lease, stale)
-		if amb && !uncertain {
-			uncertain, firstUncertain = true, start
-		}
-		st.contended = st.contended || holder != nil
-		st.takeover = it != nil && stale != nil
-		got = it
-		return it != nil, holder, err
-	})
-	if uncertain && firstUncertain.Before(start) {
-		start = firstUncertain
-	}
+	got, start, err := il.cfg.acquireItem(ctx, label, il.table+"\x00"+label, ac.wait, &st,
+		func(ctx context.Context, stale *Holder) (item, *Holder, bool, error) {
+			return il.attempt(ctx, key, leaseID, ac.lease, stale)
+		},
+		func(_ item, stale *Holder) bool { return stale != nil },
+		func() { il.abandon(ctx, key, leaseID) })
 	if err != nil {
-		if uncertain {
-			il.abandon(ctx, key, leaseID)
-		}
 		return nil, err
 	}
 	fence, _ := attrN(got, il.attrs.Fence)

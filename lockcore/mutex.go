@@ -87,29 +87,13 @@ func (m *Mutex) Acquire(ctx context.Context, key string, opts ...AcquireOption) 
 	var st acqStats
 	defer func() { m.cfg.acquired(ctx, StrategyMutex, key, ac.namespace, t0, st, lease, err) }()
 	leaseID := newLeaseID(m.cfg.owner)
-	var got item
-	var start time.Time
-	var uncertain bool // an attempt may have landed without our knowing
-	var firstUncertain time.Time
-	err = m.cfg.waitFor(ctx, key, m.table+"\x00"+key+"\x00"+ac.namespace, ac.wait, func(ctx context.Context, stale *Holder) (bool, *Holder, error) {
-		start = m.cfg.clock.Now()
-		it, holder, amb, err := m.attempt(ctx, key, ac, leaseID, stale)
-		if amb && !uncertain {
-			uncertain, firstUncertain = true, start
-		}
-		st.contended = st.contended || holder != nil
-		st.takeover = it != nil && attrS(it, attrPrevState) == stateHeld
-		got = it
-		return it != nil, holder, err
-	})
-	if uncertain && firstUncertain.Before(start) {
-		// The write that won may be an earlier attempt's: count validity from there.
-		start = firstUncertain
-	}
+	got, start, err := m.cfg.acquireItem(ctx, key, m.table+"\x00"+key+"\x00"+ac.namespace, ac.wait, &st,
+		func(ctx context.Context, stale *Holder) (item, *Holder, bool, error) {
+			return m.attempt(ctx, key, ac, leaseID, stale)
+		},
+		func(won item, _ *Holder) bool { return attrS(won, attrPrevState) == stateHeld },
+		func() { m.abandon(ctx, key, ac.namespace, leaseID) })
 	if err != nil {
-		if uncertain {
-			m.abandon(ctx, key, ac.namespace, leaseID)
-		}
 		return nil, err
 	}
 	epoch, ok := attrN(got, attrEpoch)
@@ -251,6 +235,24 @@ func holderOf(it item) *Holder {
 	}
 }
 
+// lookup serves the Get of a lock-table strategy: it validates the call's options and
+// key and reads the lock's row (nil: none), returning it with the namespace.
+func lookup(ctx context.Context, c *config, key string, opts []AcquireOption,
+	validate func(key, ns string) error, read func(ctx context.Context, key, ns string) (item, error)) (item, string, error) {
+	ac, err := c.acquireConfig(opts)
+	if err != nil {
+		return nil, "", err
+	}
+	if err := validate(key, ac.namespace); err != nil {
+		return nil, "", err
+	}
+	it, err := read(ctx, key, ac.namespace)
+	if err != nil {
+		return nil, "", fmt.Errorf("lockcore: get %q: %w", key, err)
+	}
+	return it, ac.namespace, nil
+}
+
 func ttlSeconds(t time.Time) int64 { return (t.UnixMilli() + 999) / 1000 }
 
 func (m *Mutex) read(ctx context.Context, key, ns string) (item, error) {
@@ -259,18 +261,11 @@ func (m *Mutex) read(ctx context.Context, key, ns string) (item, error) {
 
 // Get reads the lock's state with a strongly consistent read. It never changes anything.
 func (m *Mutex) Get(ctx context.Context, key string, opts ...AcquireOption) (*LockInfo, error) {
-	ac, err := m.cfg.acquireConfig(opts)
+	it, ns, err := lookup(ctx, m.cfg, key, opts, m.validate, m.read)
 	if err != nil {
 		return nil, err
 	}
-	if err := m.validate(key, ac.namespace); err != nil {
-		return nil, err
-	}
-	it, err := m.read(ctx, key, ac.namespace)
-	if err != nil {
-		return nil, fmt.Errorf("lockcore: get %q: %w", key, err)
-	}
-	info := &LockInfo{Key: key, Namespace: ac.namespace, Holder: holderOf(it)}
+	info := &LockInfo{Key: key, Namespace: ns, Holder: holderOf(it)}
 	if info.Holder != nil {
 		info.Held = true
 		info.Expired = info.Holder.Until.Before(m.cfg.clock.Now())

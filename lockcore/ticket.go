@@ -627,19 +627,12 @@ func (t *TicketLock) read(ctx context.Context, key, ns string) (item, error) {
 
 // Get reads the lock's state with a strongly consistent read. It never changes anything.
 func (t *TicketLock) Get(ctx context.Context, key string, opts ...AcquireOption) (*TicketInfo, error) {
-	ac, err := t.cfg.acquireConfig(opts)
+	it, ns, err := lookup(ctx, t.cfg, key, opts, t.validate, t.read)
 	if err != nil {
 		return nil, err
-	}
-	if err := t.validate(key, ac.namespace); err != nil {
-		return nil, err
-	}
-	it, err := t.read(ctx, key, ac.namespace)
-	if err != nil {
-		return nil, fmt.Errorf("lockcore: get %q: %w", key, err)
 	}
 	row := parseTicketRow(it, "")
-	info := &TicketInfo{Key: key, Namespace: ac.namespace, Serving: row.serving, Next: row.next,
+	info := &TicketInfo{Key: key, Namespace: ns, Serving: row.serving, Next: row.next,
 		Rev: row.rev, Lease: time.Duration(row.leaseMs) * time.Millisecond}
 	if row.exists && row.serving <= row.next {
 		info.Held = row.servedEntry

@@ -147,3 +147,41 @@ func (c *config) ended(key string, last *Holder, start time.Time, cause error) e
 	}
 	return &HeldError{Key: key, Holder: last, Waited: c.clock.Now().Sub(start), Cause: cause}
 }
+
+// conditionalAttempt is one conditional acquisition of a Mutex or an ItemLocker: the item
+// it won, or the holder that blocked it (nil if it learnt nothing), and whether its
+// outcome was ambiguous (it may have landed without our knowing).
+type conditionalAttempt func(ctx context.Context, stale *Holder) (won item, holder *Holder, ambiguous bool, err error)
+
+// acquireItem runs attempt under the wait policy p and returns the item won and the start
+// of the lease's validity: the send time of the winning attempt, or of the first
+// ambiguous one when that was earlier (the write that won may be that attempt's).
+// tookOver tells whether a won item replaced another's lease. When the wait fails after
+// an ambiguous attempt, abandon releases the lease that attempt may have taken.
+func (c *config) acquireItem(ctx context.Context, key, obsKey string, p WaitPolicy, st *acqStats,
+	attempt conditionalAttempt, tookOver func(won item, stale *Holder) bool, abandon func()) (item, time.Time, error) {
+	var got item
+	var start, firstUncertain time.Time
+	uncertain := false
+	err := c.waitFor(ctx, key, obsKey, p, func(ctx context.Context, stale *Holder) (bool, *Holder, error) {
+		start = c.clock.Now()
+		it, holder, amb, err := attempt(ctx, stale)
+		if amb && !uncertain {
+			uncertain, firstUncertain = true, start
+		}
+		st.contended = st.contended || holder != nil
+		st.takeover = it != nil && tookOver(it, stale)
+		got = it
+		return it != nil, holder, err
+	})
+	if uncertain && firstUncertain.Before(start) {
+		start = firstUncertain
+	}
+	if err != nil {
+		if uncertain {
+			abandon()
+		}
+		return nil, time.Time{}, err
+	}
+	return got, start, nil
+}

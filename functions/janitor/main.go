@@ -4,44 +4,29 @@
 package main
 
 import (
-	"context"
+	"fmt"
 	"os"
 	"strconv"
 	"time"
 
-	"github.com/aws/aws-lambda-go/lambda"
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 
 	"github.com/turnstile-locks/turnstile/functions/janitor/handler"
-	"github.com/turnstile-locks/turnstile/internal/obs"
-	"github.com/turnstile-locks/turnstile/internal/shop"
+	"github.com/turnstile-locks/turnstile/internal/fnmain"
 )
 
 func main() {
-	log := obs.Setup()
-	cfg, err := obs.AWSConfig(context.Background())
-	if err != nil {
-		log.Error("janitor: AWS configuration", "error", err)
-		os.Exit(1)
-	}
-	db := dynamodb.NewFromConfig(cfg)
-	tables := shop.TablesFromEnv()
-	svc, err := shop.NewService(db, tables, shop.WithOwner(shop.NewOwner(handler.FunctionName)), shop.WithLogger(log))
-	if err != nil {
-		log.Error("janitor: configuration", "error", err)
-		os.Exit(1)
-	}
-	minAge := handler.DefaultMinAge
-	if v := os.Getenv("SWEEP_MIN_AGE_SECONDS"); v != "" {
-		secs, err := strconv.Atoi(v)
-		if err != nil || secs < 0 {
-			log.Error("janitor: SWEEP_MIN_AGE_SECONDS must be a number of seconds", "value", v)
-			os.Exit(1)
+	fnmain.Run(handler.FunctionName, func(e fnmain.Env) (any, error) {
+		minAge := handler.DefaultMinAge
+		if v := os.Getenv("SWEEP_MIN_AGE_SECONDS"); v != "" {
+			secs, err := strconv.Atoi(v)
+			if err != nil || secs < 0 {
+				return nil, fmt.Errorf("SWEEP_MIN_AGE_SECONDS must be a number of seconds, got %q", v)
+			}
+			minAge = time.Duration(secs) * time.Second
 		}
-		minAge = time.Duration(secs) * time.Second
-	}
-	redriver := handler.SQSRedriver{Client: sqs.NewFromConfig(cfg), QueueURL: os.Getenv("ORDERS_QUEUE_URL")}
-	h := handler.New(db, tables.Locks, svc, redriver, handler.WithLogger(log), handler.WithMinAge(minAge))
-	lambda.Start(h.Handle)
+		redriver := handler.SQSRedriver{Client: sqs.NewFromConfig(e.Config), QueueURL: os.Getenv("ORDERS_QUEUE_URL")}
+		h := handler.New(e.DB, e.Tables.Locks, e.Service, redriver, handler.WithLogger(e.Log), handler.WithMinAge(minAge))
+		return h.Handle, nil
+	})
 }

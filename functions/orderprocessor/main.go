@@ -3,29 +3,12 @@
 package main
 
 import (
-	"context"
-	"os"
-
-	"github.com/aws/aws-lambda-go/lambda"
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
-
 	"github.com/turnstile-locks/turnstile/functions/orderprocessor/handler"
-	"github.com/turnstile-locks/turnstile/internal/obs"
-	"github.com/turnstile-locks/turnstile/internal/shop"
+	"github.com/turnstile-locks/turnstile/internal/fnmain"
 )
 
 func main() {
-	log := obs.Setup()
-	cfg, err := obs.AWSConfig(context.Background())
-	if err != nil {
-		log.Error("orderprocessor: AWS configuration", "error", err)
-		os.Exit(1)
-	}
-	svc, err := shop.NewService(dynamodb.NewFromConfig(cfg), shop.TablesFromEnv(),
-		shop.WithOwner(shop.NewOwner(handler.FunctionName)), shop.WithLogger(log))
-	if err != nil {
-		log.Error("orderprocessor: configuration", "error", err)
-		os.Exit(1)
-	}
-	lambda.Start(handler.New(svc, handler.WithLogger(log)).HandleJSON)
+	fnmain.Run(handler.FunctionName, func(e fnmain.Env) (any, error) {
+		return handler.New(e.Service, handler.WithLogger(e.Log)).HandleJSON, nil
+	})
 }
