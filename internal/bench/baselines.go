@@ -15,6 +15,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/expression"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/turnstile-locks/turnstile/internal/ctxtime"
 )
 
 // The two designs of ../shared/reference, re-implemented from their descriptions for
@@ -40,16 +42,7 @@ func mustExpr(b expression.Builder) expression.Expression {
 	return e
 }
 
-func sleepCtx(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
-}
+func sleepCtx(ctx context.Context, d time.Duration) error { return ctxtime.Sleep(ctx, d) }
 
 // publishedLockingRead is the locking-read design: the lock is a pair of attributes on
 // the item (expiry time in epoch seconds, holder id). Acquire is one UpdateItem that

@@ -41,6 +41,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
+	"github.com/turnstile-locks/turnstile/internal/ctxtime"
 	"github.com/turnstile-locks/turnstile/internal/ddblocal"
 	"github.com/turnstile-locks/turnstile/internal/faultproxy"
 	"github.com/turnstile-locks/turnstile/internal/template"
@@ -428,12 +429,20 @@ func (r *runner) lockedOp(ctx context.Context, s *session, rng *mrand.Rand, clie
 	keys := r.pickKeys(rng, st)
 	actx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	// One acquisition in ten is abandoned by its caller after up to 30 ms: the context
-	// is cancelled while the waiter waits or while a request is in flight.
+	// Callers give up: one acquisition in ten is cancelled after up to 30 ms, one in five
+	// after 200-800 ms, while the waiter waits or while a request is in flight (a stalled
+	// ticket request, say, that lands after its caller left).
 	acqCtx, cancelAcq := context.WithCancel(actx)
 	defer cancelAcq()
-	if rng.IntN(10) == 0 {
-		t := time.AfterFunc(time.Duration(rng.Int64N(int64(30*time.Millisecond))), cancelAcq)
+	var giveUp time.Duration
+	switch r := rng.IntN(10); {
+	case r == 0:
+		giveUp = time.Duration(rng.Int64N(int64(30*time.Millisecond))) + 1
+	case r <= 2:
+		giveUp = 200*time.Millisecond + time.Duration(rng.Int64N(int64(600*time.Millisecond)))
+	}
+	if giveUp > 0 {
+		t := time.AfterFunc(giveUp, cancelAcq)
 		defer t.Stop()
 	}
 	h, err := s.acquire(acqCtx, keys, r.problem(st))
@@ -770,16 +779,8 @@ func (r *runner) pauseHolder(ctx context.Context, spec holderSpec, rng *mrand.Ra
 	p.wait(15 * time.Second)
 }
 
-func sleepCtx(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
-	}
-}
+// sleepCtx waits d; false when ctx ended first.
+func sleepCtx(ctx context.Context, d time.Duration) bool { return ctxtime.Sleep(ctx, d) == nil }
 
 func truncate(s string, n int) string {
 	if len(s) > n {

@@ -19,6 +19,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodbstreams"
 	stypes "github.com/aws/aws-sdk-go-v2/service/dynamodbstreams/types"
 
+	"github.com/turnstile-locks/turnstile/internal/ctxtime"
 	"github.com/turnstile-locks/turnstile/internal/stack"
 )
 
@@ -368,14 +369,7 @@ func seqOf(rec map[string]any) string {
 	return s
 }
 
-func sleepCtx(ctx context.Context, d time.Duration) {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-	case <-t.C:
-	}
-}
+func sleepCtx(ctx context.Context, d time.Duration) { _ = ctxtime.Sleep(ctx, d) }
 
 // avMap renders stream attribute values in DynamoDB JSON, as Lambda's events carry them.
 func avMap(in map[string]stypes.AttributeValue) map[string]any {

@@ -108,7 +108,7 @@ func Start(upstream string, seed uint64, f Faults) (*Proxy, error) {
 		},
 		ModifyResponse: func(resp *http.Response) error {
 			switch kindOf(resp.Request.Context()) {
-			case KindDropResponse:
+			case KindDropResponse, KindBlackout:
 				return errDropResponse
 			case KindInternalErrorApplied:
 				return errInternalApplied
@@ -239,8 +239,13 @@ func (p *Proxy) serve(w http.ResponseWriter, r *http.Request, rp *httputil.Rever
 	if err != nil {
 		return // the client went away mid-request (e.g. a reset upstream): nothing to forward
 	}
+	if until := p.inj.blackoutUntil.Load(); until != 0 && time.Now().UnixNano() < until {
+		panic(http.ErrAbortHandler) // cut off: nothing is forwarded
+	}
 	kind := p.inj.decideHTTP()
 	switch kind {
+	case KindBlackout:
+		p.inj.blackoutUntil.Store(time.Now().Add(BlackoutFor).UnixNano())
 	case KindThroughputExceeded:
 		writeAPIError(w, http.StatusBadRequest, typeThroughputExceeded,
 			"The level of configured provisioned throughput for the table was exceeded. "+
@@ -290,6 +295,8 @@ type injector struct {
 	rng      *rand.Rand
 	counts   map[string]int64
 	requests atomic.Int64
+
+	blackoutUntil atomic.Int64 // unix ns: requests are refused until then
 }
 
 func newInjector(seed uint64, f Faults) *injector {

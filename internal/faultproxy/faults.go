@@ -34,12 +34,21 @@ const (
 	// KindStall: the request is held for Faults.StallFor before it is forwarded, even if
 	// the client gave up meanwhile, so a write can land after its caller saw a timeout.
 	KindStall = "stall"
+	// KindBlackout: the request is applied and its response dropped (as drop_response),
+	// then every request is refused unforwarded for BlackoutFor: a client cut off right
+	// after its write landed, so that its re-reads and retries fail too (an ambiguous
+	// write nobody can settle in time, and a retry that lands after the blackout).
+	KindBlackout = "blackout"
 )
+
+// BlackoutFor is how long a blackout refuses every request: longer than the SDK's read
+// retries (3 attempts, 500 ms backoff at most, in the chaos and test clients).
+const BlackoutFor = 1500 * time.Millisecond
 
 // Kinds lists every fault kind in a stable order.
 var Kinds = []string{
 	KindResetRequest, KindResetResponse, KindDropResponse, KindThroughputExceeded,
-	KindThrottling, KindInternalError, KindInternalErrorApplied, KindStall,
+	KindThrottling, KindInternalError, KindInternalErrorApplied, KindStall, KindBlackout,
 }
 
 // Faults is the fault mix of a proxy: a latency added to every response and, per
@@ -79,6 +88,7 @@ func AllFaults() Faults {
 			KindInternalError:        0.006,
 			KindInternalErrorApplied: 0.006,
 			KindStall:                0.002,
+			KindBlackout:             0.0004,
 		},
 	}
 }
@@ -149,7 +159,7 @@ func ParseFaults(spec string) (Faults, error) {
 // httpKinds are the kinds decided by the HTTP layer, one draw per request.
 var httpKinds = []string{
 	KindDropResponse, KindThroughputExceeded, KindThrottling, KindInternalError,
-	KindInternalErrorApplied, KindStall,
+	KindInternalErrorApplied, KindStall, KindBlackout,
 }
 
 // Validate checks rates and durations.
