@@ -177,6 +177,7 @@ func TestMixedRates(t *testing.T) {
 	f := faultproxy.AllFaults()
 	f = f.Scaled(10) // ~half the requests fail one way or another
 	f.StallFor = 50 * time.Millisecond
+	f.Rates[faultproxy.KindBlackout] = 0 // each would refuse everything for 1.5 s: TestBlackout
 	p := start(t, f)
 	db := client(t, p)
 	ctx := context.Background()
@@ -198,6 +199,37 @@ func TestMixedRates(t *testing.T) {
 	t.Logf("%d/%d ok; faults %v", ok, n, p.Counts())
 	if total < n/4 || ok < n/4 {
 		t.Fatalf("faults %d, ok %d of %d: rates far off", total, ok, n)
+	}
+}
+
+// A blackout applies the request, drops its response, then refuses every request for
+// BlackoutFor; afterwards requests pass again.
+func TestBlackout(t *testing.T) {
+	table := testenv.Table(t, "InventoryTable")
+	f := faultproxy.NoFaults()
+	f.Rates[faultproxy.KindBlackout] = 1
+	p := start(t, f)
+	db := client(t, p)
+	ctx := context.Background()
+	if err := put(ctx, db, table, "b0"); err == nil {
+		t.Fatal("the blackout's request got its response")
+	}
+	if !exists(t, table, "b0") {
+		t.Fatal("the blackout's request was not applied")
+	}
+	if err := p.SetFaults(faultproxy.NoFaults()); err != nil {
+		t.Fatal(err)
+	}
+	t0 := time.Now()
+	if err := put(ctx, db, table, "b1"); err == nil && time.Since(t0) < faultproxy.BlackoutFor {
+		t.Fatal("a request during the blackout passed")
+	}
+	time.Sleep(faultproxy.BlackoutFor)
+	if err := put(ctx, db, table, "b2"); err != nil {
+		t.Fatalf("after the blackout: %v", err)
+	}
+	if got := p.Counts()[faultproxy.KindBlackout]; got != 1 {
+		t.Errorf("blackouts counted %d, want 1", got)
 	}
 }
 

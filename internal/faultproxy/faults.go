@@ -88,7 +88,7 @@ func AllFaults() Faults {
 			KindInternalError:        0.006,
 			KindInternalErrorApplied: 0.006,
 			KindStall:                0.002,
-			KindBlackout:             0.0004,
+			KindBlackout:             0.001,
 		},
 	}
 }
