@@ -495,7 +495,10 @@ func (t *TicketLock) withdraw(ctx context.Context, h *ticketHold) {
 			expression.AttributeExists(name(h.wattr)))).
 		WithUpdate(expression.Remove(name(h.wattr)).
 			Set(name(attrExpiresAt), value(t.expiry(t.cfg.clock.Now(), 0)))))
-	for range 5 {
+	// Keep trying while the detached context lasts (5 s): a waiter cut off from DynamoDB
+	// for longer leaves its ticket behind, and it is skipped after a lease.
+	bo := backoff{base: 50 * time.Millisecond, cap: 500 * time.Millisecond}
+	for {
 		_, err := t.db.UpdateItem(ctx, conditionalUpdate(t.table, t.keyOf(h.key, h.ns), e, types.ReturnValueNone), noSDKRetry)
 		switch {
 		case err == nil:
@@ -514,7 +517,7 @@ func (t *TicketLock) withdraw(ctx context.Context, h *ticketHold) {
 		case classify(err) == errFatal:
 			return
 		}
-		if sleep(ctx, 50*time.Millisecond) != nil {
+		if sleep(ctx, bo.next()) != nil {
 			return
 		}
 	}
@@ -555,7 +558,8 @@ func (t *TicketLock) withdrawUnknown(ctx context.Context, key, ns string, h *tic
 		WithCondition(expression.AttributeNotExists(name(h.wattr))).
 		WithUpdate(expression.Set(name(h.wattr), value(tombPrefix+strconv.FormatInt(now.UnixMilli(), 10))).
 			Set(name(attrExpiresAt), value(t.expiry(now, 0)))))
-	for range 5 {
+	bo := backoff{base: 50 * time.Millisecond, cap: 500 * time.Millisecond}
+	for { // while rctx lasts (5 s), as withdraw
 		_, err := t.db.UpdateItem(rctx, conditionalUpdate(t.table, t.keyOf(key, ns), e, types.ReturnValueNone), noSDKRetry)
 		switch {
 		case err == nil:
@@ -576,7 +580,7 @@ func (t *TicketLock) withdrawUnknown(ctx context.Context, key, ns string, h *tic
 		case classify(err) == errFatal:
 			return
 		}
-		if sleep(rctx, 50*time.Millisecond) != nil {
+		if sleep(rctx, bo.next()) != nil {
 			return
 		}
 	}
