@@ -309,7 +309,7 @@ func (o optionOracle) commonValid(use uint16) bool {
 	if lease <= 0 || lease < minLease || lease%time.Millisecond != 0 {
 		return false
 	}
-	if use&4 != 0 && o.hbSet && (o.hb < 0 || o.hb >= lease) {
+	if use&4 != 0 && o.hbSet && (o.hb < 0 || (o.hb > 0 && o.hb < lockcore.MinHeartbeat) || o.hb >= lease) {
 		return false
 	}
 	return true

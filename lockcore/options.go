@@ -59,7 +59,7 @@ const (
 	DefaultRetention   = 24 * time.Hour
 	DefaultBackoffBase = 20 * time.Millisecond
 	DefaultBackoffCap  = time.Second
-	// MinHeartbeat is the shortest heartbeat interval accepted: each beat is a write.
+	// MinHeartbeat is the shortest heartbeat interval WithHeartbeat accepts: each beat is a write.
 	MinHeartbeat = 10 * time.Millisecond
 )
 
@@ -296,7 +296,7 @@ func newConfig(opts []Option) (*config, error) {
 	if c.heartbeat < 0 {
 		return nil, invalidOption("heartbeat", "must not be negative, got %s", c.heartbeat)
 	}
-	if c.heartbeat > 0 && c.heartbeat < MinHeartbeat {
+	if c.hbSet && c.heartbeat > 0 && c.heartbeat < MinHeartbeat {
 		return nil, invalidOption("heartbeat", "must be 0 (off) or at least %s, got %s", MinHeartbeat, c.heartbeat)
 	}
 	if c.heartbeat >= c.lease {
