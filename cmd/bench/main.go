@@ -72,7 +72,7 @@ func parseFlags(args []string) (*config, error) {
 	workers := fs.String("workers", "4,16,64", "comma-separated worker counts of the hot-key and multi-key runs")
 	rtts := fs.String("rtt", "0,5ms", "comma-separated round-trip times the delay proxy adds (0: direct to the engine)")
 	strategies := fs.String("strategies", "all", "comma-separated strategies, or all: "+strategyNames())
-	scenarios := fs.String("scenarios", "uncontended,hotkey,multikey,takeover,burst", "comma-separated scenarios to run (multikey runs at the target RTT only, for the lock strategies but mutex, whose AcquireAll is multi)")
+	scenarios := fs.String("scenarios", "uncontended,hotkey,multikey,takeover,burst", "comma-separated scenarios to run (multikey runs at the target RTT only, for the strategies with a multi-key acquisition: multi)")
 	quick := fs.Bool("quick", false, "short runs (the whole bench in under 3 minutes)")
 	out := fs.String("out", "bench", "directory for results.json, RESULTS.md and the chart (empty: print only)")
 	burstWorkers := fs.Int("burst-workers", 16, "workers released at once in the burst scenario")
@@ -281,9 +281,7 @@ func run(ctx context.Context, cfg *config) (err error) {
 			}
 			for _, n := range cfg.workers {
 				for _, s := range cfg.strategies {
-					// Versioned holds no lock; a baseline's sequential multi-key use is not its
-					// design; mutex one key at a time is what AcquireAll (multi) does.
-					if s.Baseline || s.Name == "versioned" || s.Name == "mutex" {
+					if !s.MultiKey {
 						continue
 					}
 					rec, err := r.MultiKey(ctx, s, p, n, cfg.duration)

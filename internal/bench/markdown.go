@@ -90,7 +90,7 @@ func (r *Results) Markdown(strategies []Strategy) string {
 		p("## Multi-key")
 		p("")
 		p("N workers in a closed loop on a pool of %d hot keys; every critical section takes %d of them in canonical", MultiKeyPool, MultiKeyPerCS)
-		p("(sorted) order — `Mutex.AcquireAll` for `multi`, one `Acquire` per key for the others — and increments each")
+		p("(sorted) order with the strategy's own multi-key acquisition (`Mutex.AcquireAll` for `multi`) and increments each")
 		p("key's counter (consistent GetItem + PutItem per key). Worker i's j-th section leaves out key (i+j) mod %d,", MultiKeyPool)
 		p("so any two sections share a key and run one at a time: the shape of orders that share SKUs. *ideal* and")
 		p("*eff* as for the hot key (one handoff per section); *lost* and *double* are counted per key.")

@@ -165,9 +165,8 @@ const (
 
 // MultiKey runs n workers in a closed loop on a pool of MultiKeyPool hot keys. Every
 // critical section needs MultiKeyPerCS of them (worker i's j-th section leaves out key
-// (i+j) mod MultiKeyPool), taken in canonical order — Mutex.AcquireAll for the multi
-// strategy, one Acquire per key in sorted order for the others — and increments each
-// key's counter (a consistent read and a write per key). Any two sections share a key,
+// (i+j) mod MultiKeyPool), taken in canonical order with the strategy's own multi-key
+// acquisition (Mutex.AcquireAll for multi), and increments each key's counter (a consistent read and a write per key). Any two sections share a key,
 // so sections run one at a time, as on one hot key: the shape of orders that share
 // SKUs. Lost updates and double holders are counted per key.
 func (r *Runner) MultiKey(ctx context.Context, s Strategy, p Path, n int, d time.Duration) (Record, error) {
@@ -191,40 +190,17 @@ func sectionKeys(pool []string, per, i, j int) []string {
 	return out
 }
 
-// acquireSet takes every key of a section: with the worker's own multi-key acquisition
-// when it has one, else one key after the other in the (sorted) order given, releasing
-// what it holds when one fails.
+// acquireSet takes every key of a section: one key with Acquire, several with the
+// worker's own multi-key acquisition.
 func acquireSet(ctx context.Context, w Worker, keys []string) (*Held, error) {
 	if len(keys) == 1 {
 		return w.Acquire(ctx, keys[0])
 	}
-	if sw, ok := w.(SetWorker); ok {
-		return sw.AcquireSet(ctx, keys)
+	sw, ok := w.(SetWorker)
+	if !ok {
+		return nil, fmt.Errorf("%T has no multi-key acquisition", w)
 	}
-	var held []*Held
-	release := func(ctx context.Context) error {
-		var errs []error
-		for i := len(held) - 1; i >= 0; i-- {
-			errs = append(errs, held[i].Release(ctx))
-		}
-		return errors.Join(errs...)
-	}
-	for _, k := range keys {
-		h, err := w.Acquire(ctx, k)
-		if err != nil {
-			_ = release(context.WithoutCancel(ctx))
-			return nil, err
-		}
-		held = append(held, h)
-	}
-	return &Held{Release: release, Valid: func() bool {
-		for _, h := range held {
-			if h.Valid != nil && !h.Valid() {
-				return false
-			}
-		}
-		return true
-	}}, nil
+	return sw.AcquireSet(ctx, keys)
 }
 
 // closedLoop runs n workers in a closed loop on a pool of nkeys keys, per keys per

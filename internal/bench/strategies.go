@@ -69,7 +69,10 @@ type Strategy struct {
 	Baseline bool // a published design, kept in the bench only
 	// Modes are the takeover modes the takeover scenario runs; none: not measured.
 	Modes []TakeoverCase
-	New   func(env *Env, owner string, t Tuning) (Worker, error)
+	// MultiKey: the strategy has a multi-key acquisition of its own (its workers are
+	// SetWorkers); only such strategies run the multi-key scenario.
+	MultiKey bool
+	New      func(env *Env, owner string, t Tuning) (Worker, error)
 }
 
 // TakeoverCase is one takeover mode of a strategy.
@@ -160,8 +163,9 @@ func Strategies() []Strategy {
 			},
 		},
 		{
-			Name:  "multi",
-			About: "lockcore.Mutex.AcquireAll, canonical order: the hot key and a second one (hot key); the section's keys (multi-key)",
+			Name:     "multi",
+			About:    "lockcore.Mutex.AcquireAll, canonical order: the hot key and a second one (hot key); the section's keys (multi-key)",
+			MultiKey: true,
 			New: func(env *Env, owner string, t Tuning) (Worker, error) {
 				m, err := lockcore.NewMutex(env.Lock, env.LockTable, lockcoreOptions(owner, t)...)
 				if err != nil {
