@@ -166,9 +166,10 @@ const (
 // MultiKey runs n workers in a closed loop on a pool of MultiKeyPool hot keys. Every
 // critical section needs MultiKeyPerCS of them (worker i's j-th section leaves out key
 // (i+j) mod MultiKeyPool), taken in canonical order with the strategy's own multi-key
-// acquisition (Mutex.AcquireAll for multi), and increments each key's counter (a consistent read and a write per key). Any two sections share a key,
-// so sections run one at a time, as on one hot key: the shape of orders that share
-// SKUs. Lost updates and double holders are counted per key.
+// acquisition (Mutex.AcquireAll for multi), and increments each key's counter (a
+// consistent read and a write per key). Any two sections share a key, so sections run
+// one at a time, as on one hot key: the shape of orders that share SKUs. Lost updates
+// and double holders are counted per key.
 func (r *Runner) MultiKey(ctx context.Context, s Strategy, p Path, n int, d time.Duration) (Record, error) {
 	return r.closedLoop(ctx, s, p, n, d, ScenarioMultiKey, MultiKeyPool, MultiKeyPerCS)
 }
