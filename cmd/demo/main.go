@@ -42,6 +42,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 	seed := fs.Uint64("seed", def.Seed, "workload seed")
 	crashes := fs.Int("crashes", def.Crashes, "holder crashes to inject")
 	hot := fs.Int("hot-skus", def.HotSKUs, fmt.Sprintf("hot SKUs in the catalogue (1..%d)", demo.MaxHotSKUs))
+	legacy := fs.Bool("legacy", false, "also run the handlers as before (1s wait budget, then back to SQS) for comparison")
+	poison := fs.Int("poison", 0, "malformed messages to send (0: orders/100, at least 2; -1: none)")
 	jsonPath := fs.String("json", "demo-report.json", "where to write the report (\"\" for nowhere)")
 	logPath := fs.String("log", "", "where to write the handlers' JSON logs (default .cache/demo/handlers.log)")
 	if err := fs.Parse(args); err != nil {
@@ -53,6 +55,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	cfg := def
 	cfg.Orders, cfg.Concurrency, cfg.Seed, cfg.Crashes, cfg.HotSKUs = *orders, *concurrency, *seed, *crashes, *hot
+	cfg.Legacy, cfg.Poison = *legacy, *poison
 	cfg.Endpoint = "-" // checked for real once the engine is known
 	if err := cfg.Validate(); err != nil {
 		fmt.Fprintln(stderr, "demo:", err)
