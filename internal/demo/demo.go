@@ -121,16 +121,16 @@ type settings struct {
 // the timeout is set beyond the lease, the TTL grace and that cycle, so that the crash
 // order's own retry — the only waiter for its spare-part SKU — finds the abandoned lease
 // already removed by TTL (and reported by the janitor) rather than taking it over after
-// watching it for a lease. The ratios follow the template: the invocation timeout is a
-// sixth of production's (5 s), the lease fits two and a half times into it as 10 s does
-// into 30 s less the safety margin.
+// watching it for a lease. The invocation timeout is half of production's (15 s): the
+// local engine answers several times slower than DynamoDB, so the work of a batch does
+// not shrink with the demo's clock. Leases are short (2 s) so that TTL sees them soon.
 func deriveSettings(catalogue int) settings {
 	rows := 2*catalogue + 1
 	cycle := time.Duration((rows+19)/20)*10*time.Second + time.Second
 	s := settings{
 		maxReceive:    5,
 		batchWindow:   100 * time.Millisecond,
-		invokeTimeout: 5 * time.Second,
+		invokeTimeout: 15 * time.Second,
 		lease:         2 * time.Second,
 		ttlGrace:      2 * time.Second,
 		ttlFallback:   cycle + time.Second,

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
@@ -123,7 +124,7 @@ func (s *Service) ProcessOrders(ctx context.Context, orders []Order) []BatchResu
 		j.stop = stop
 		ol, err := s.orders.Acquire(octx, orderKey(j.order.OrderID), left(), lockcore.LeaseDuration(lease))
 		if err != nil {
-			if errors.Is(err, lockcore.ErrLockHeld) {
+			if errors.Is(err, lockcore.ErrLockHeld) || ctx.Err() != nil {
 				err = busy("order "+j.order.OrderID, err)
 			} else {
 				err = fmt.Errorf("shop: lock order %s: %w", j.order.OrderID, err)
@@ -244,6 +245,12 @@ func (s *Service) decideGroup(ctx context.Context, group []*batchJob, lease time
 			break
 		}
 		var held *lockcore.HeldError
+		if !errors.As(err, &held) && ctx.Err() != nil {
+			// The invocation's deadline ended the wait (a request in flight at the end of
+			// the wait budget): contention all the same.
+			releaseOrders(group, busy(what, err))
+			return nil
+		}
 		if !errors.As(err, &held) {
 			releaseOrders(group, fmt.Errorf("shop: %s: lock stock: %w", what, err))
 			return nil
@@ -267,21 +274,21 @@ func (s *Service) decideGroup(ctx context.Context, group []*batchJob, lease time
 		}
 		group = rest
 	}
-	defer s.release(ctx, "stock of "+what, ml)
+	// Released when the group is done — not by a crash: a dead holder releases nothing.
+	releaseSKUs := func() { s.releaseAll(ctx, "stock of "+what, ml) }
 
-	// The stock, once per SKU; the running figure follows the decisions written.
-	stock := map[string]int64{}
-	for sku := range skus {
-		st, err := s.readStock(ctx, sku)
-		if err != nil {
-			releaseOrders(group, err)
-			return nil
-		}
-		stock[sku] = st.available
+	// The stock, once per SKU (concurrently); the running figure follows the decisions
+	// written.
+	stock, err := s.readStocks(ctx, skus)
+	if err != nil {
+		releaseOrders(group, err)
+		releaseSKUs()
+		return nil
 	}
 	if err := s.crashAt(CrashStockLocked); err != nil {
 		return err
 	}
+	defer releaseSKUs()
 
 	leases := map[string]*lockcore.Lease{}
 	for _, l := range ml.Leases() {
@@ -358,4 +365,47 @@ func decideFrom(stock map[string]int64, order Order) (Status, string) {
 		return StatusRejected, "insufficient stock: " + strings.Join(short, "; ")
 	}
 	return StatusReserved, ""
+}
+
+// readStocks reads the stock of every SKU concurrently: the SKU locks are held meanwhile,
+// and every millisecond they are held is a millisecond every waiter waits.
+func (s *Service) readStocks(ctx context.Context, skus map[string]bool) (map[string]int64, error) {
+	var (
+		mu    sync.Mutex
+		wg    sync.WaitGroup
+		first error
+	)
+	stock := make(map[string]int64, len(skus))
+	for sku := range skus {
+		wg.Add(1)
+		go func(sku string) {
+			defer wg.Done()
+			st, err := s.readStock(ctx, sku)
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				if first == nil {
+					first = err
+				}
+				return
+			}
+			stock[sku] = st.available
+		}(sku)
+	}
+	wg.Wait()
+	return stock, first
+}
+
+// releaseAll releases the leases of ml concurrently (best effort, as release does): the
+// next batch waiting for any of them gets it a few round trips sooner.
+func (s *Service) releaseAll(ctx context.Context, what string, ml *lockcore.MultiLease) {
+	var wg sync.WaitGroup
+	for _, l := range ml.Leases() {
+		wg.Add(1)
+		go func(l *lockcore.Lease) {
+			defer wg.Done()
+			s.release(ctx, what+": "+l.Key(), l)
+		}(l)
+	}
+	wg.Wait()
 }
