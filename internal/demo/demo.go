@@ -323,6 +323,7 @@ type runResult struct {
 	ordersMessages, dupSnd int
 	aud                    *audit
 	seconds                float64
+	ops                    map[string]int64 // requests by function, operation and table
 }
 
 // crashPlan records the holder crashes (the crash orders' first receives, see
@@ -560,8 +561,12 @@ func (d *demo) runTurnstile(ctx context.Context, legacy bool) (*runResult, error
 	}
 	res.redrivenOrders = len(redriven)
 	res.calls = map[string]int64{}
+	res.ops = map[string]int64{}
 	for fn, m := range meters {
 		res.calls[fn] = m.requests.Load()
+		for k, v := range m.opCounts() {
+			res.ops[fn+" "+k] += v
+		}
 		res.capacity += m.capacity()
 	}
 	fs, err := readFinalState(ctx, d.db, tables.Orders, tables.Inventory)
@@ -862,6 +867,7 @@ func (d *demo) fill(r *Report, tr, br, lr *runResult) {
 		}
 		st := d.runStats(x, total(x.calls), x.capacity, contention)
 		st.DurationS = x.seconds
+		st.CallsByOperation = x.ops
 		r.Runs[name] = st
 	}
 	o := tr.out

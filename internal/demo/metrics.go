@@ -32,6 +32,44 @@ type meter struct {
 	txCanceled atomic.Int64
 	capMilli   atomic.Int64
 	audit      *audit
+
+	opsMu sync.Mutex
+	ops   map[string]int64 // "Operation Table" -> requests (first attempts)
+}
+
+func (m *meter) countOp(op string, params any) {
+	table := ""
+	switch in := params.(type) {
+	case *dynamodb.GetItemInput:
+		table = deref(in.TableName)
+	case *dynamodb.UpdateItemInput:
+		table = deref(in.TableName)
+		op += "/" + string(in.ReturnValues)
+	case *dynamodb.PutItemInput:
+		table = deref(in.TableName)
+	case *dynamodb.DeleteItemInput:
+		table = deref(in.TableName)
+	}
+	// demo-<run>-<LogicalId>-<suffix>: keep the logical id.
+	if parts := strings.Split(table, "-"); len(parts) == 4 {
+		table = parts[2]
+	}
+	m.opsMu.Lock()
+	defer m.opsMu.Unlock()
+	if m.ops == nil {
+		m.ops = map[string]int64{}
+	}
+	m.ops[strings.TrimSpace(op+" "+table)]++
+}
+
+func (m *meter) opCounts() map[string]int64 {
+	m.opsMu.Lock()
+	defer m.opsMu.Unlock()
+	out := make(map[string]int64, len(m.ops))
+	for k, v := range m.ops {
+		out[k] = v
+	}
+	return out
 }
 
 func (m *meter) option() func(*dynamodb.Options) {
@@ -46,6 +84,7 @@ func (m *meter) install(stack *middleware.Stack) error {
 			middleware.InitializeOutput, middleware.Metadata, error,
 		) {
 			askCapacity(in.Parameters)
+			m.countOp(awsmiddleware.GetOperationName(ctx), in.Parameters)
 			out, md, err := next.HandleInitialize(ctx, in)
 			var ccf *types.ConditionalCheckFailedException
 			var tce *types.TransactionCanceledException

@@ -34,6 +34,9 @@ type RunStats struct {
 	LatencyMaxMs          float64 `json:"order_latency_max_ms"`
 	Undecided             int     `json:"orders_undecided"`
 	DurationS             float64 `json:"duration_s"`
+	// CallsByOperation counts the requests (first attempts) by function, operation
+	// (UpdateItem with its ReturnValues) and table.
+	CallsByOperation map[string]int64 `json:"calls_by_operation,omitempty"`
 }
 
 // runStats computes a run's RunStats from its queue and audit.

@@ -107,6 +107,11 @@ func (s *Service) ProcessOrders(ctx context.Context, orders []Order) []BatchResu
 		return failAll(err)
 	}
 	waitUntil := s.now().Add(wait)
+	// The order locks are held while the batch waits for its SKUs: their lease is half
+	// the wait (at least the SKU lease), so that they are renewed once or twice rather
+	// than every half SKU lease, and a waiter for a dead holder's order lock (a retry of
+	// its message) can still watch it for a whole lease within one invocation.
+	orderLease := max(lease, (wait / 2).Truncate(time.Millisecond))
 	left := func() lockcore.WaitPolicy { return waitPolicy(waitUntil.Sub(s.now())) }
 
 	// 1. The orders, in id order.
@@ -122,7 +127,7 @@ func (s *Service) ProcessOrders(ctx context.Context, orders []Order) []BatchResu
 	for _, j := range locking {
 		octx, stop := context.WithCancel(ctx)
 		j.stop = stop
-		ol, err := s.orders.Acquire(octx, orderKey(j.order.OrderID), left(), lockcore.LeaseDuration(lease))
+		ol, err := s.orders.Acquire(octx, orderKey(j.order.OrderID), left(), lockcore.LeaseDuration(orderLease))
 		if err != nil {
 			if errors.Is(err, lockcore.ErrLockHeld) || ctx.Err() != nil {
 				err = busy("order "+j.order.OrderID, err)

@@ -392,7 +392,13 @@ func (s *Service) buildLockers() error {
 	}, s.lockOpts...)
 	var err error
 	if s.t.Orders != "" {
-		if s.orders, err = lockcore.NewItemLocker(s.db, s.t.Orders, opts...); err != nil {
+		// An order lock is contended only by another copy of the same message, whose
+		// holder may wait seconds for its SKUs: poll it gently (the caller's options
+		// still win).
+		oopts := append([]lockcore.Option{}, opts[:len(opts)-len(s.lockOpts)]...)
+		oopts = append(oopts, lockcore.WithBackoff(50*time.Millisecond, time.Second))
+		oopts = append(oopts, s.lockOpts...)
+		if s.orders, err = lockcore.NewItemLocker(s.db, s.t.Orders, oopts...); err != nil {
 			return fmt.Errorf("shop: %w", err)
 		}
 	}
