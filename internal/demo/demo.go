@@ -955,7 +955,7 @@ func (d *demo) fill(r *Report, tr, br, lr *runResult) {
 		Orders: d.cfg.Orders, Concurrency: d.cfg.Concurrency, Seed: d.cfg.Seed, Crashes: d.cfg.Crashes,
 		HotSKUs: d.cfg.HotSKUs, Catalogue: len(d.w.skus()),
 		VisibilityTimeoutS: d.set.visibility.Seconds(), MaxReceiveCount: d.set.maxReceive,
-		LeaseS: d.set.lease.Seconds(),
+		LeaseS:    d.set.lease.Seconds(),
 		TTLGraceS: d.set.ttlGrace.Seconds(), InvocationTimeoutS: d.set.invokeTimeout.Seconds(),
 		Legacy: d.cfg.Legacy, Poison: len(d.w.poison),
 		TTLFallbackS: d.set.ttlFallback.Seconds(), Engine: d.cfg.Endpoint,

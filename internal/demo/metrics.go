@@ -183,9 +183,9 @@ type audit struct {
 	orders, inventory string
 
 	mu          sync.Mutex
-	decisions   map[string][]string // order id -> statuses written, in order
+	decisions   map[string][]string  // order id -> statuses written, in order
 	decidedAt   map[string]time.Time // order id -> when its first decision was written
-	stockWrites map[string]int      // SKU -> successful writes to its stock record
+	stockWrites map[string]int       // SKU -> successful writes to its stock record
 	// unseen are orders the service reports decided although no call that wrote the
 	// decision succeeded: the write landed, but its response was lost (a timeout) and the
 	// retry was refused; the service re-read the order to find its own decision there.

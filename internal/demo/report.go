@@ -62,8 +62,8 @@ type Report struct {
 	Settings      Settings               `json:"settings"`
 	// Runs holds the per-order figures of each run: turnstile, naive and (with -legacy)
 	// legacy.
-	Runs map[string]RunStats `json:"runs"`
-	Phases        map[string]float64     `json:"phase_seconds"`
+	Runs   map[string]RunStats `json:"runs"`
+	Phases map[string]float64  `json:"phase_seconds"`
 }
 
 // AttemptStat counts attempts at orders with one outcome and their DynamoDB requests.
