@@ -299,61 +299,93 @@ func (s *Service) decideGroup(ctx context.Context, group []*batchJob, lease time
 	for _, l := range ml.Leases() {
 		leases[l.Key()] = l
 	}
-	for _, j := range group {
-		status, reason := decideFrom(stock, j.order)
-		tx := []types.TransactWriteItem{s.finalOrderItem(j.ol, j.order, status, reason)}
-		if status == StatusReserved {
-			for _, l := range j.order.Lines {
-				tx = append(tx, s.reserveItem(l, ml.Token(SKULockKey(l.SKU))))
-			}
-		}
-		var guardErr error
+	// Decide every order in batch order against the running stock, then write the
+	// decisions: each order's transaction waits only for the earlier orders that share a
+	// SKU with it (they must have landed for its decision to hold), so orders on
+	// different SKUs of the group are written concurrently and the group's locks are held
+	// for its longest chain of transactions, not for all of them.
+	type step struct {
+		j      *batchJob
+		status Status
+		reason string
+		tx     []types.TransactWriteItem
+		deps   []*step
+		ok     bool
+		done   chan struct{}
+	}
+	steps := make([]*step, len(group))
+	last := map[string]*step{}
+	for i, j := range group {
+		st := &step{j: j, done: make(chan struct{})}
+		st.status, st.reason = decideFrom(stock, j.order)
+		st.tx = []types.TransactWriteItem{s.finalOrderItem(j.ol, j.order, st.status, st.reason)}
 		for _, l := range j.order.Lines {
-			if len(tx) == maxTransactItems {
+			if st.status == StatusReserved {
+				stock[l.SKU] -= int64(l.Qty)
+				st.tx = append(st.tx, s.reserveItem(l, ml.Token(SKULockKey(l.SKU))))
+			}
+			if d, ok := last[l.SKU]; ok && !slices.Contains(st.deps, d) {
+				st.deps = append(st.deps, d)
+			}
+			last[l.SKU] = st
+		}
+		for _, l := range j.order.Lines {
+			if len(st.tx) == maxTransactItems {
 				break // the stock updates' fence conditions stand in for the missing guards
 			}
 			g, err := s.skus.GuardCheck(leases[SKULockKey(l.SKU)])
 			if err != nil {
-				guardErr = err
-				break
-			}
-			tx = append(tx, g)
-		}
-		if guardErr != nil {
-			releaseOrders(group, guardErr)
-			return nil
-		}
-		j.stop() // the transaction unlocks the order: its heartbeat must not race it
-		res, err := s.transact(ctx, tx)
-		if err != nil && res.failed == 0 && s.landed(ctx, j.order.OrderID, j.ol, status) {
-			err = nil // an earlier, ambiguous attempt of ours wrote it
-		}
-		if err != nil {
-			s.release(ctx, "order "+j.order.OrderID, j.ol.Lease)
-			if res.failed >= 0 {
-				err = fmt.Errorf("shop: order %s: a lease was lost before the decision was written (%w): %w",
-					j.order.OrderID, lockcore.ErrLeaseLost, err)
-			} else {
-				err = fmt.Errorf("shop: order %s: %w", j.order.OrderID, err)
-			}
-			finish(j, Outcome{}, err)
-			if res.failed > 0 || ml.Err() != nil {
-				// A SKU lease is gone: the rest of the group cannot be decided safely.
-				releaseOrders(group, fmt.Errorf("shop: %s: a SKU lease was lost (%w)", what, lockcore.ErrLeaseLost))
+				releaseOrders(group, err) // nothing written yet
 				return nil
 			}
-			continue
+			st.tx = append(st.tx, g)
 		}
-		if status == StatusReserved {
-			for _, l := range j.order.Lines {
-				stock[l.SKU] -= int64(l.Qty)
-			}
-			s.count(ctx, MetricOrdersReserved)
-		} else {
-			s.count(ctx, MetricOrdersRejected)
-		}
-		finish(j, Outcome{Status: status, Reason: reason}, nil)
+		steps[i] = st
 	}
+	var wg sync.WaitGroup
+	for _, st := range steps {
+		wg.Add(1)
+		go func(st *step) {
+			defer wg.Done()
+			defer close(st.done)
+			j := st.j
+			for _, d := range st.deps {
+				<-d.done
+				if !d.ok {
+					// An earlier decision on a shared SKU was not written: this one,
+					// made against the stock it would have left, cannot be either.
+					s.release(ctx, "order "+j.order.OrderID, j.ol.Lease)
+					finish(j, Outcome{}, fmt.Errorf("shop: order %s: an earlier order of the batch on the same SKU was not decided (%w)",
+						j.order.OrderID, lockcore.ErrLeaseLost))
+					return
+				}
+			}
+			j.stop() // the transaction unlocks the order: its heartbeat must not race it
+			res, err := s.transact(ctx, st.tx)
+			if err != nil && res.failed == 0 && s.landed(ctx, j.order.OrderID, j.ol, st.status) {
+				err = nil // an earlier, ambiguous attempt of ours wrote it
+			}
+			if err != nil {
+				s.release(ctx, "order "+j.order.OrderID, j.ol.Lease)
+				if res.failed >= 0 {
+					err = fmt.Errorf("shop: order %s: a lease was lost before the decision was written (%w): %w",
+						j.order.OrderID, lockcore.ErrLeaseLost, err)
+				} else {
+					err = fmt.Errorf("shop: order %s: %w", j.order.OrderID, err)
+				}
+				finish(j, Outcome{}, err)
+				return
+			}
+			st.ok = true
+			if st.status == StatusReserved {
+				s.count(ctx, MetricOrdersReserved)
+			} else {
+				s.count(ctx, MetricOrdersRejected)
+			}
+			finish(j, Outcome{Status: st.status, Reason: st.reason}, nil)
+		}(st)
+	}
+	wg.Wait()
 	return nil
 }
 
