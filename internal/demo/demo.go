@@ -991,11 +991,19 @@ func (d *demo) fill(r *Report, tr, br, lr *runResult) {
 		}
 	}
 	if lr != nil {
-		// The legacy run must be as correct as the new one: only its cost differs.
+		// The legacy run must be as correct as the new one: only its cost differs. Orders
+		// it dead-lettered (contention exhausted maxReceiveCount: the problem it shows) are
+		// reported in its figures, not as a violation.
+		undecided := fmt.Sprintf("%d orders did not end RESERVED or REJECTED", len(lr.out.notFinal))
+		bad := 0
 		for _, v := range lr.out.violations {
+			if strings.HasPrefix(v, undecided) && len(lr.out.notFinal) <= r.Runs["legacy"].DeadLetteredOrders {
+				continue
+			}
 			r.Violations = append(r.Violations, "legacy: "+v)
+			bad++
 		}
-		r.InvariantsOK = r.InvariantsOK && len(lr.out.violations) == 0
+		r.InvariantsOK = r.InvariantsOK && bad == 0
 		if lr.timedOut {
 			checks = append(checks, fmt.Sprintf("the legacy run did not settle within %s", d.cfg.MaxDuration))
 		}
