@@ -387,7 +387,11 @@ func (s *Service) buildLockers() error {
 		lockcore.WithMinLease(min(s.lease, lockcore.DefaultMinLease)),
 		lockcore.WithClock(s.clock),
 		lockcore.WithTakeover(takeover),
-		lockcore.WithBackoff(10*time.Millisecond, 250*time.Millisecond),
+		// Waits now last up to the whole invocation: poll up to once a second, not four
+		// times, or the waiters' polls (and their capacity) dominate a hot SKU's traffic
+		// and slow its holder. Measured with the demo at 40 concurrent invocations: p99
+		// order latency 74s -> 20s, calls per order 22 -> 15.
+		lockcore.WithBackoff(20*time.Millisecond, time.Second),
 		lockcore.WithObserver(s.lockObserver()),
 	}, s.lockOpts...)
 	var err error
