@@ -70,7 +70,7 @@ func TestContentionWaitsWithinTheDeadline(t *testing.T) {
 	if !errors.As(err, &lc) || !errors.Is(err, shop.ErrBusy) {
 		t.Fatalf("Handle = %v, want a LockContendedError", err)
 	}
-	if took := time.Since(start); took < time.Second || took > 2*time.Second-shop.MinRemaining/2 {
-		t.Errorf("gave up after %s; want most of the 2s invocation, before its safety margin", took)
+	if took := time.Since(start); took < time.Second || took >= 2*time.Second {
+		t.Errorf("gave up after %s; want most of the 2s invocation, before its deadline", took)
 	}
 }
