@@ -111,6 +111,10 @@ vuln: $(GOVULNCHECK) ## govulncheck ./... and each bootstrap (-mode binary); GOV
 demo: ## Run the demo against a fresh local engine (or DYNAMODB_ENDPOINT); flags via DEMO_FLAGS="-orders 500 -seed 2".
 	$(GO) run ./cmd/demo $(DEMO_FLAGS)
 
+.PHONY: demo-scale
+demo-scale: ## Concurrency sweep: 300 orders at 12, 40, 100 (legacy run at 40); table, bench/demo-scale.json, bench/demo-scale.svg. Flags via DEMO_SCALE_FLAGS="-orders 100".
+	$(GO) run ./cmd/demo -scale 12,40,100 -legacy-at 40 -json bench/demo-scale.json -svg bench/demo-scale.svg $(DEMO_SCALE_FLAGS)
+
 # ---------------------------------------------------------------------------------------------
 # Benchmark (issue #6): cmd/bench writes bench/results.json, bench/RESULTS.md, bench/chart.svg.
 #   make bench                        full run (20 s per hot-key and multi-key run, 4, 16 and 64 workers, about 30 minutes)

@@ -10,7 +10,13 @@
 //
 // Usage:
 //
-//	go run ./cmd/demo [-orders 300] [-concurrency 12] [-seed 1] [-crashes 3] [-hot-skus 4] [-json demo-report.json]
+//	go run ./cmd/demo [-orders 300] [-concurrency 12] [-seed 1] [-crashes 3] [-hot-skus 4] [-legacy] [-json demo-report.json]
+//	go run ./cmd/demo -scale 12,40,100 [-legacy-at 40] [-orders 300] [-json demo-scale.json] [-svg demo-scale.svg]
+//
+// -legacy adds a run of the handlers as they were before (1 s wait, then back to SQS).
+// -scale runs the demo once per concurrency and prints one table of the per-order figures
+// (also written as JSON and as an SVG chart); -legacy-at lists the concurrencies at which
+// the legacy run is added.
 package main
 
 import (
@@ -22,6 +28,9 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -42,7 +51,12 @@ func run(args []string, stdout, stderr io.Writer) int {
 	seed := fs.Uint64("seed", def.Seed, "workload seed")
 	crashes := fs.Int("crashes", def.Crashes, "holder crashes to inject")
 	hot := fs.Int("hot-skus", def.HotSKUs, fmt.Sprintf("hot SKUs in the catalogue (1..%d)", demo.MaxHotSKUs))
-	jsonPath := fs.String("json", "demo-report.json", "where to write the report (\"\" for nowhere)")
+	legacy := fs.Bool("legacy", false, "also run the handlers as before (1s wait budget, then back to SQS) for comparison")
+	poison := fs.Int("poison", 0, "malformed messages to send (0: orders/100, at least 2; -1: none)")
+	jsonPath := fs.String("json", "", "where to write the report (\"\" for nowhere; default demo-report.json, with -scale demo-scale.json)")
+	scale := fs.String("scale", "", "comma-separated concurrencies to sweep (e.g. 12,40,100)")
+	legacyAt := fs.String("legacy-at", "", "with -scale: concurrencies at which the legacy run is added (e.g. 40)")
+	svgPath := fs.String("svg", "demo-scale.svg", "with -scale: where to write the chart (\"\" for nowhere)")
 	logPath := fs.String("log", "", "where to write the handlers' JSON logs (default .cache/demo/handlers.log)")
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -53,6 +67,23 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	cfg := def
 	cfg.Orders, cfg.Concurrency, cfg.Seed, cfg.Crashes, cfg.HotSKUs = *orders, *concurrency, *seed, *crashes, *hot
+	cfg.Legacy, cfg.Poison = *legacy, *poison
+	sweep, err := ints(*scale)
+	if err != nil {
+		fmt.Fprintln(stderr, "demo: -scale:", err)
+		return 2
+	}
+	legacyConc, err := ints(*legacyAt)
+	if err != nil {
+		fmt.Fprintln(stderr, "demo: -legacy-at:", err)
+		return 2
+	}
+	if *jsonPath == "" && !explicit(fs, "json") {
+		*jsonPath = "demo-report.json"
+		if len(sweep) > 0 {
+			*jsonPath = "demo-scale.json"
+		}
+	}
 	cfg.Endpoint = "-" // checked for real once the engine is known
 	if err := cfg.Validate(); err != nil {
 		fmt.Fprintln(stderr, "demo:", err)
@@ -99,6 +130,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 		}
 	}
 
+	if len(sweep) > 0 {
+		return runScale(ctx, cfg, sweep, legacyConc, *jsonPath, *svgPath, stdout, stderr)
+	}
 	rep, err := demo.Run(ctx, cfg)
 	if rep != nil {
 		rep.DurationS = float64(int(time.Since(started).Seconds()*10)) / 10
@@ -141,4 +175,76 @@ func isTerminal(w io.Writer) bool {
 	}
 	st, err := f.Stat()
 	return err == nil && st.Mode()&os.ModeCharDevice != 0
+}
+
+// runScale runs the demo once per concurrency and reports the sweep.
+func runScale(ctx context.Context, cfg demo.Config, sweep, legacyAt []int, jsonPath, svgPath string, stdout, stderr io.Writer) int {
+	sc := &demo.Scale{Orders: cfg.Orders, Seed: cfg.Seed}
+	code := 0
+	for _, c := range sweep {
+		run := cfg
+		run.Concurrency = c
+		run.Legacy = cfg.Legacy || slices.Contains(legacyAt, c)
+		if err := run.Validate(); err != nil {
+			fmt.Fprintln(stderr, "demo:", err)
+			return 2
+		}
+		fmt.Fprintf(stdout, "\n=== concurrency %d ===\n", c)
+		rep, err := demo.Run(ctx, run)
+		if rep != nil {
+			rep.WriteText(stdout)
+			sc.Add(rep)
+		}
+		switch {
+		case errors.Is(err, demo.ErrInvariants):
+			fmt.Fprintf(stderr, "demo: concurrency %d FAILED:\n", c)
+			for _, v := range rep.Violations {
+				fmt.Fprintln(stderr, "  -", v)
+			}
+			code = 1
+		case err != nil:
+			fmt.Fprintln(stderr, "demo:", err)
+			return 1
+		}
+	}
+	sc.WriteText(stdout)
+	if jsonPath != "" {
+		if err := sc.WriteJSON(jsonPath); err != nil {
+			fmt.Fprintln(stderr, "demo: write sweep:", err)
+			return 1
+		}
+		fmt.Fprintf(stdout, "\nsweep:    %s", jsonPath)
+	}
+	if svgPath != "" {
+		if err := os.WriteFile(svgPath, []byte(sc.SVG()), 0o644); err != nil {
+			fmt.Fprintln(stderr, "demo: write chart:", err)
+			return 1
+		}
+		fmt.Fprintf(stdout, " · chart: %s", svgPath)
+	}
+	fmt.Fprintln(stdout)
+	return code
+}
+
+// ints parses a comma-separated list of positive integers ("" is none).
+func ints(s string) ([]int, error) {
+	var out []int
+	for _, f := range strings.Split(s, ",") {
+		if f = strings.TrimSpace(f); f == "" {
+			continue
+		}
+		n, err := strconv.Atoi(f)
+		if err != nil || n < 1 {
+			return nil, fmt.Errorf("%q is not a positive integer", f)
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}
+
+// explicit reports whether the flag was given on the command line.
+func explicit(fs *flag.FlagSet, name string) bool {
+	found := false
+	fs.Visit(func(f *flag.Flag) { found = found || f.Name == name })
+	return found
 }

@@ -66,6 +66,25 @@ func TestTinyDemo(t *testing.T) {
 		t.Errorf("calls per order %v, lock wait p50 %v; want measured figures", rep.DynamoDBCallsPerOrder, rep.LockWaitP50Ms)
 	}
 
+	// The deployed settings: maxReceiveCount 5; poison is dead-lettered after 5 receives in
+	// both runs, no valid order is.
+	if rep.Settings.MaxReceiveCount != 5 {
+		t.Errorf("maxReceiveCount %d, want the template's 5", rep.Settings.MaxReceiveCount)
+	}
+	for _, name := range []string{"turnstile", "naive"} {
+		st, ok := rep.Runs[name]
+		if !ok {
+			t.Fatalf("no per-order figures for the %s run", name)
+		}
+		if st.PoisonSent < 2 || st.DeadLetteredPoison != st.PoisonSent || st.DeadLetteredOrders != 0 {
+			t.Errorf("%s: poison sent %d, dead-lettered %d (receives %v); orders dead-lettered %d",
+				name, st.PoisonSent, st.DeadLetteredPoison, st.PoisonReceives, st.DeadLetteredOrders)
+		}
+		if st.LatencyP50Ms <= 0 || st.CallsPerOrder <= 0 || st.ReceiveCounts["1"] == 0 {
+			t.Errorf("%s: figures not measured: %+v", name, st)
+		}
+	}
+
 	// demo-report.json holds the fields the issue lists.
 	path := filepath.Join(t.TempDir(), "demo-report.json")
 	if err := rep.WriteJSON(path); err != nil {

@@ -54,11 +54,9 @@ type sqsMapping struct {
 
 	// newEnv returns a fresh (warm-started) environment; doomed asks for one that crashes.
 	newEnv func(doomed bool) environment
-	// doom reports whether the next invocation should run in a doomed environment (and
-	// receive a single message, so the crash point is exact). It is called once per
-	// invocation; doomed reports back whether the environment died (on message body) or
-	// survived because its message never reached the crash point.
-	doom   func() bool
+	// doomed reports back whether a doomed environment died on its message (body) or
+	// survived because the message never reached the crash point. A doomed environment
+	// gets the first receive of each message sent as a crash (sendOptions.crash), alone.
 	doomed func(env environment, died bool, body string)
 
 	invocations, failedInvocations, crashedInvocations atomic.Int64
@@ -73,26 +71,25 @@ func (m *sqsMapping) run(ctx context.Context) {
 			defer wg.Done()
 			env := m.newEnv(false)
 			for ctx.Err() == nil {
-				doomed := m.doom != nil && m.doom()
-				size := m.batchSize
-				if doomed {
-					size = 1
-				}
-				batch := m.q.receive(ctx, size, m.window)
-				if len(batch) == 0 {
-					if doomed && m.doomed != nil {
-						m.doomed(environment{}, false, "") // nothing to die on: stays armed
+				// A crash message waiting for its doomed environment goes first.
+				if m.doomed != nil {
+					now, cancel := context.WithCancel(ctx)
+					cancel() // one look, no waiting
+					if batch := m.q.receive(now, 1, 0, freshCrash); len(batch) > 0 {
+						inv := m.newEnv(true)
+						died := m.invoke(ctx, inv, batch)
+						m.doomed(inv, died, batch[0].msg.Body)
+						continue
 					}
+				}
+				// Long polling that ends after a while, so that crash messages are seen.
+				pctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond+m.window)
+				batch := m.q.receive(pctx, m.batchSize, m.window, notFreshCrash)
+				cancel()
+				if len(batch) == 0 {
 					continue
 				}
-				inv := env
-				if doomed {
-					inv = m.newEnv(true)
-				}
-				died := m.invoke(ctx, inv, batch)
-				if doomed && m.doomed != nil {
-					m.doomed(inv, died, batch[0].msg.Body)
-				}
+				m.invoke(ctx, env, batch)
 			}
 		}(i)
 	}

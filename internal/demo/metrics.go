@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	awsmiddleware "github.com/aws/aws-sdk-go-v2/aws/middleware"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
@@ -31,6 +32,44 @@ type meter struct {
 	txCanceled atomic.Int64
 	capMilli   atomic.Int64
 	audit      *audit
+
+	opsMu sync.Mutex
+	ops   map[string]int64 // "Operation Table" -> requests (first attempts)
+}
+
+func (m *meter) countOp(op string, params any) {
+	table := ""
+	switch in := params.(type) {
+	case *dynamodb.GetItemInput:
+		table = deref(in.TableName)
+	case *dynamodb.UpdateItemInput:
+		table = deref(in.TableName)
+		op += "/" + string(in.ReturnValues)
+	case *dynamodb.PutItemInput:
+		table = deref(in.TableName)
+	case *dynamodb.DeleteItemInput:
+		table = deref(in.TableName)
+	}
+	// demo-<run>-<LogicalId>-<suffix>: keep the logical id.
+	if parts := strings.Split(table, "-"); len(parts) == 4 {
+		table = parts[2]
+	}
+	m.opsMu.Lock()
+	defer m.opsMu.Unlock()
+	if m.ops == nil {
+		m.ops = map[string]int64{}
+	}
+	m.ops[strings.TrimSpace(op+" "+table)]++
+}
+
+func (m *meter) opCounts() map[string]int64 {
+	m.opsMu.Lock()
+	defer m.opsMu.Unlock()
+	out := make(map[string]int64, len(m.ops))
+	for k, v := range m.ops {
+		out[k] = v
+	}
+	return out
 }
 
 func (m *meter) option() func(*dynamodb.Options) {
@@ -45,6 +84,7 @@ func (m *meter) install(stack *middleware.Stack) error {
 			middleware.InitializeOutput, middleware.Metadata, error,
 		) {
 			askCapacity(in.Parameters)
+			m.countOp(awsmiddleware.GetOperationName(ctx), in.Parameters)
 			out, md, err := next.HandleInitialize(ctx, in)
 			var ccf *types.ConditionalCheckFailedException
 			var tce *types.TransactionCanceledException
@@ -143,8 +183,9 @@ type audit struct {
 	orders, inventory string
 
 	mu          sync.Mutex
-	decisions   map[string][]string // order id -> statuses written, in order
-	stockWrites map[string]int      // SKU -> successful writes to its stock record
+	decisions   map[string][]string  // order id -> statuses written, in order
+	decidedAt   map[string]time.Time // order id -> when its first decision was written
+	stockWrites map[string]int       // SKU -> successful writes to its stock record
 	// unseen are orders the service reports decided although no call that wrote the
 	// decision succeeded: the write landed, but its response was lost (a timeout) and the
 	// retry was refused; the service re-read the order to find its own decision there.
@@ -154,7 +195,7 @@ type audit struct {
 func newAudit(orders, inventory string) *audit {
 	return &audit{
 		orders: orders, inventory: inventory,
-		decisions: map[string][]string{}, stockWrites: map[string]int{}, unseen: map[string]bool{},
+		decisions: map[string][]string{}, decidedAt: map[string]time.Time{}, stockWrites: map[string]int{}, unseen: map[string]bool{},
 	}
 }
 
@@ -193,6 +234,9 @@ func (a *audit) write(table string, key, values, item map[string]types.Attribute
 		if id != "" && (status == "RESERVED" || status == "REJECTED") {
 			a.mu.Lock()
 			a.decisions[id] = append(a.decisions[id], status)
+			if _, ok := a.decidedAt[id]; !ok {
+				a.decidedAt[id] = time.Now()
+			}
 			a.mu.Unlock()
 		}
 	case a.inventory:
@@ -245,6 +289,20 @@ func (a *audit) decidedUnseen(orderID string) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.unseen[orderID] = true
+	if _, ok := a.decidedAt[orderID]; !ok {
+		a.decidedAt[orderID] = time.Now()
+	}
+}
+
+// decisionTimes returns when each order was first decided.
+func (a *audit) decisionTimes() map[string]time.Time {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	out := make(map[string]time.Time, len(a.decidedAt))
+	for k, v := range a.decidedAt {
+		out[k] = v
+	}
+	return out
 }
 
 func (a *audit) unseenCount() int {
@@ -442,4 +500,41 @@ func (a *attemptStats) snapshot() (attempts map[string]int, calls map[string]int
 		calls[k] = v
 	}
 	return attempts, calls
+}
+
+// ProcessOrders passes a batch to the service (the handler decides batches together when
+// its processor can) and attributes the batch's DynamoDB requests evenly to its orders'
+// attempts.
+func (p countingProcessor) ProcessOrders(ctx context.Context, orders []shop.Order) []shop.BatchResult {
+	var n atomic.Int64
+	before := make([]int, len(orders))
+	for i, o := range orders {
+		before[i] = p.audit.writes(o.OrderID)
+	}
+	res := p.svc.ProcessOrders(context.WithValue(ctx, attemptCallsKey{}, &n), orders)
+	share := n.Load() / int64(max(len(orders), 1))
+	for i, r := range res {
+		out, err := r.Outcome, r.Err
+		if err == nil && !out.Duplicate && p.audit.writes(orders[i].OrderID) == before[i] {
+			p.audit.decidedUnseen(orders[i].OrderID)
+		}
+		p.stats.add(attemptKind(out, err), share)
+	}
+	return res
+}
+
+func attemptKind(out shop.Outcome, err error) string {
+	switch {
+	case err == nil && out.Duplicate:
+		return "duplicate"
+	case err == nil:
+		return "decided"
+	case errors.Is(err, errHolderDied):
+		return "crashed"
+	case errors.Is(err, shop.ErrBusy):
+		return "contended"
+	case errors.Is(err, lockcore.ErrLeaseLost):
+		return "lease_lost"
+	}
+	return "other"
 }

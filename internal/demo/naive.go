@@ -6,11 +6,13 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/aws/aws-lambda-go/events"
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
 
 	"github.com/turnstile-locks/turnstile/internal/shop"
 )
@@ -158,17 +160,30 @@ func (n *naiveStore) applyAdjustment(ctx context.Context, a shop.Adjustment) err
 }
 
 // naiveOrderHandler has the order processor's handler shape.
-type naiveOrderHandler struct{ st *naiveStore }
+type naiveOrderHandler struct {
+	st    *naiveStore
+	q     *queue        // for ChangeMessageVisibility of malformed messages
+	retry time.Duration // their delay
+}
 
 func (h naiveOrderHandler) Handle(ctx context.Context, ev events.SQSEvent) (events.SQSEventResponse, error) {
 	resp := events.SQSEventResponse{BatchItemFailures: []events.SQSBatchItemFailure{}}
 	for _, m := range ev.Records {
 		o, err := shop.DecodeOrder([]byte(m.Body))
+		malformed := err != nil
 		if err == nil {
 			err = h.st.processOrder(ctx, o)
 		}
 		if err != nil {
 			resp.BatchItemFailures = append(resp.BatchItemFailures, events.SQSBatchItemFailure{ItemIdentifier: m.MessageId})
+			if malformed && h.q != nil {
+				// As the real handler does: a malformed message comes back soon, on its way
+				// to the dead-letter queue.
+				_, _ = h.q.ChangeMessageVisibility(ctx, &sqs.ChangeMessageVisibilityInput{
+					QueueUrl: aws.String(h.q.url()), ReceiptHandle: aws.String(m.ReceiptHandle),
+					VisibilityTimeout: int32(h.retry / time.Second),
+				})
+			}
 		}
 	}
 	return resp, nil

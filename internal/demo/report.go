@@ -60,7 +60,10 @@ type Report struct {
 	Baseline      Baseline               `json:"baseline"`
 	SKUs          []skuOutcome           `json:"skus"`
 	Settings      Settings               `json:"settings"`
-	Phases        map[string]float64     `json:"phase_seconds"`
+	// Runs holds the per-order figures of each run: turnstile, naive and (with -legacy)
+	// legacy.
+	Runs   map[string]RunStats `json:"runs"`
+	Phases map[string]float64  `json:"phase_seconds"`
 }
 
 // AttemptStat counts attempts at orders with one outcome and their DynamoDB requests.
@@ -133,9 +136,10 @@ type Settings struct {
 	VisibilityTimeoutS float64 `json:"sqs_visibility_timeout_s"`
 	MaxReceiveCount    int     `json:"sqs_max_receive_count"`
 	LeaseS             float64 `json:"lease_s"`
-	WaitBudgetMs       float64 `json:"wait_budget_ms"`
+	InvocationTimeoutS float64 `json:"invocation_timeout_s"`
 	TTLGraceS          float64 `json:"ttl_grace_s"`
-	TakeoverSkewS      float64 `json:"takeover_skew_s"`
+	Legacy             bool    `json:"legacy_run"`
+	Poison             int     `json:"malformed_messages"`
 	TTLFallbackS       float64 `json:"ttl_fallback_after_s"`
 	Engine             string  `json:"engine"`
 }
@@ -172,6 +176,7 @@ func (r *Report) WriteText(w io.Writer) {
 	p("  oversold units                   %9d    %9d", r.OversoldUnits, r.BaselineOversoldUnits)
 	p("  stock off by (units)             %9d    %9d", sumResidual(r.SKUs), r.Baseline.ResidualUnits)
 	p("  DynamoDB calls per order         %9s    %9s", perOrder(r.DynamoDBCallsPerOrder), perOrder(r.Baseline.CallsPerOrder))
+	r.writeRuns(p)
 	p("")
 	p("turnstile run")
 	p("  stock conservation   %s: for every SKU, initial + adjustments = available + reserved, reserved = RESERVED orders", mark(r.InvariantsOK))
@@ -274,4 +279,48 @@ func causes(m map[string]int) string {
 		parts[i] = fmt.Sprintf("%d %s", m[k], strings.ReplaceAll(k, "_", " "))
 	}
 	return " (" + strings.Join(parts, ", ") + ")"
+}
+
+// writeRuns writes the per-order figures of each run side by side.
+func (r *Report) writeRuns(p func(string, ...any)) {
+	names := []string{"turnstile", "naive"}
+	if _, ok := r.Runs["legacy"]; ok {
+		names = append(names, "legacy")
+	}
+	if len(r.Runs) == 0 {
+		return
+	}
+	row := func(label string, f func(RunStats) string) {
+		line := fmt.Sprintf("  %-31s", label)
+		for _, n := range names {
+			line += fmt.Sprintf("  %11s", f(r.Runs[n]))
+		}
+		p("%s", line)
+	}
+	p("")
+	head := fmt.Sprintf("  %-31s", "per order (maxReceiveCount "+fmt.Sprint(r.Settings.MaxReceiveCount)+")")
+	for _, n := range names {
+		head += fmt.Sprintf("  %11s", n)
+	}
+	p("%s", head)
+	row("receives: 1 / 2 / 3+", func(s RunStats) string {
+		more := 0
+		for k, v := range s.ReceiveCounts {
+			if k != "1" && k != "2" {
+				more += v
+			}
+		}
+		return fmt.Sprintf("%d/%d/%d", s.ReceiveCounts["1"], s.ReceiveCounts["2"], more)
+	})
+	row("redeliveries per order", func(s RunStats) string { return fmt.Sprintf("%.2f", s.RedeliveriesPerOrder) })
+	row("contention returns per order", func(s RunStats) string { return fmt.Sprintf("%.2f", s.ContentionReturnsPerOrder) })
+	row("dead-lettered: orders / poison", func(s RunStats) string {
+		return fmt.Sprintf("%d / %d", s.DeadLetteredOrders, s.DeadLetteredPoison)
+	})
+	row("DynamoDB calls per order", func(s RunStats) string { return fmt.Sprintf("%.1f", s.CallsPerOrder) })
+	row("capacity units per order", func(s RunStats) string { return fmt.Sprintf("%.1f", s.CapacityUnitsPerOrder) })
+	row("latency p50 / p99 (s)", func(s RunStats) string {
+		return fmt.Sprintf("%.1f / %.1f", s.LatencyP50Ms/1000, s.LatencyP99Ms/1000)
+	})
+	row("orders undecided", func(s RunStats) string { return fmt.Sprint(s.Undecided) })
 }

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/aws/aws-lambda-go/events"
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
 )
 
 // queue is an in-process stand-in for an SQS standard queue with a redrive policy: a
@@ -28,6 +30,8 @@ type queue struct {
 	msgs    []*sqsMessage // not deleted, not dead-lettered; in send order
 	dlq     []*sqsMessage
 	deleted int
+	done    []*sqsMessage // deleted messages, for the per-order figures
+	vis     int           // ChangeMessageVisibility calls that applied
 	wake    chan struct{} // closed and replaced whenever something may have become visible
 }
 
@@ -40,6 +44,13 @@ type sqsMessage struct {
 	receipt      string // receipt handle of the latest receive
 	deliverTwice bool   // the next receive leaves the message visible: a duplicate delivery
 	secondCopy   bool   // the next receive is the duplicate delivery
+	crash        bool   // its first receive goes to a doomed environment (see sqsMapping)
+}
+
+// sendOptions describe how a message is sent.
+type sendOptions struct {
+	deliverTwice bool // the first receive hands it out without hiding it
+	crash        bool // its first receive goes to an environment that dies on it
 }
 
 // delivery is one received message as the Lambda event source mapping hands it on.
@@ -59,13 +70,13 @@ func newQueue(name, region string, visibility time.Duration, maxReceive int) *qu
 // send enqueues body and returns the message id. deliverTwice makes the first receive
 // hand the message out without hiding it, so a second poller receives it too (SQS
 // standard queues deliver at least once).
-func (q *queue) send(body string, deliverTwice bool) string {
+func (q *queue) send(body string, o sendOptions) string {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	q.seq++
 	m := &sqsMessage{
 		id:   fmt.Sprintf("%08x-%04x-4%03x-8%03x-%012x", q.seq, q.seq%0xffff, q.seq%0xfff, q.seq%0xfff, q.seq),
-		body: body, sentAt: time.Now(), deliverTwice: deliverTwice,
+		body: body, sentAt: time.Now(), deliverTwice: o.deliverTwice, crash: o.crash,
 	}
 	q.msgs = append(q.msgs, m)
 	q.signal()
@@ -77,9 +88,16 @@ func (q *queue) signal() {
 	q.wake = make(chan struct{})
 }
 
-// receive returns up to limit visible messages, waiting up to window after the first one
-// for more (the event source mapping's batching window) and until ctx ends for the first.
-func (q *queue) receive(ctx context.Context, limit int, window time.Duration) []delivery {
+// freshCrash picks the messages whose first receive is a doomed environment's.
+func freshCrash(m *sqsMessage) bool { return m.crash && m.receives == 0 }
+
+// notFreshCrash picks every other message.
+func notFreshCrash(m *sqsMessage) bool { return !freshCrash(m) }
+
+// receive returns up to limit visible messages that pick accepts, waiting up to window
+// after the first one for more (the event source mapping's batching window) and until
+// ctx ends for the first.
+func (q *queue) receive(ctx context.Context, limit int, window time.Duration, pick func(*sqsMessage) bool) []delivery {
 	var out []delivery
 	var deadline time.Time
 	for {
@@ -88,7 +106,7 @@ func (q *queue) receive(ctx context.Context, limit int, window time.Duration) []
 		next := time.Time{}
 		keep := q.msgs[:0]
 		for _, m := range q.msgs {
-			if len(out) >= limit || m.visibleAt.After(now) {
+			if len(out) >= limit || m.visibleAt.After(now) || !pick(m) {
 				if m.visibleAt.After(now) && (next.IsZero() || m.visibleAt.Before(next)) {
 					next = m.visibleAt
 				}
@@ -184,10 +202,50 @@ func (q *queue) delete(receipt string) bool {
 		if m.receipt == receipt {
 			q.msgs = append(q.msgs[:i], q.msgs[i+1:]...)
 			q.deleted++
+			q.done = append(q.done, m)
 			return true
 		}
 	}
 	return false
+}
+
+// ChangeMessageVisibility is SQS's call, for the order processor's handler (its
+// handler.VisibilityChanger): the message whose latest receipt handle is given becomes
+// visible after VisibilityTimeout seconds. A stale handle changes nothing (SQS answers
+// ReceiptHandleIsInvalid or ignores it; the handler only logs a failure either way).
+func (q *queue) ChangeMessageVisibility(_ context.Context, in *sqs.ChangeMessageVisibilityInput, _ ...func(*sqs.Options)) (*sqs.ChangeMessageVisibilityOutput, error) {
+	if aws.ToString(in.QueueUrl) != q.url() {
+		return nil, fmt.Errorf("demo sqs: ChangeMessageVisibility on %q: no such queue (want %s)", aws.ToString(in.QueueUrl), q.url())
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	for _, m := range q.msgs {
+		if m.receipt == aws.ToString(in.ReceiptHandle) {
+			m.visibleAt = time.Now().Add(time.Duration(in.VisibilityTimeout) * time.Second)
+			q.vis++
+			q.signal()
+			return &sqs.ChangeMessageVisibilityOutput{}, nil
+		}
+	}
+	return &sqs.ChangeMessageVisibilityOutput{}, nil
+}
+
+// url is the queue's URL, as ORDERS_QUEUE_URL would name it.
+func (q *queue) url() string {
+	return fmt.Sprintf("https://sqs.%s.amazonaws.com/%s/%s", q.region, accountID, q.name)
+}
+
+// finished returns the messages deleted and dead-lettered so far (copies).
+func (q *queue) finished() (deleted, dead []sqsMessage) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	for _, m := range q.done {
+		deleted = append(deleted, *m)
+	}
+	for _, m := range q.dlq {
+		dead = append(dead, *m)
+	}
+	return deleted, dead
 }
 
 // stats returns how many messages are still in the queue (visible or in flight), in the

@@ -28,9 +28,11 @@ var MaxHotSKUs = len(hotNames)
 // adjustments (some delivered twice by EventBridge) and when each is sent.
 type workload struct {
 	hot, regular []string
+	spare        []string // one SKU per crash order, wanted by no other order
 	initial      map[string]int
 	orders       []plannedOrder
 	adjustments  []plannedAdjustment
+	poison       []plannedPoison
 	// sendOver is how long the producers take to send everything.
 	sendOver time.Duration
 }
@@ -41,6 +43,22 @@ type plannedOrder struct {
 	sentTwice    bool          // the producer retried the send: two messages
 	retryAfter   time.Duration // when the producer's retry is sent, after the first
 	deliverTwice bool          // the queue delivers the (first) message twice
+	crash        bool          // its first receive is by an environment that dies holding its locks
+}
+
+// plannedPoison is a malformed message: it fails every receive and must end in the
+// dead-letter queue after maxReceiveCount receives.
+type plannedPoison struct {
+	body string
+	at   time.Duration
+}
+
+// poisonBodies are the malformed messages, one per kind of mistake.
+var poisonBodies = []string{
+	`{"orderId":"bad-%d","customerId":"c","lines":[{"sku":"MUG-RED-350","qty":0}]}`,
+	`{"orderId":"bad-%d","customerId":"c","lines":[{"sku":"MUG-RED-350","quantity":1}]}`,
+	`{"orderId":"bad-%d","customerId":"c","lines":[]}`,
+	`not json %d`,
 }
 
 type plannedAdjustment struct {
@@ -49,9 +67,16 @@ type plannedAdjustment struct {
 	twice bool // EventBridge delivers the event twice
 }
 
-func (w *workload) skus() []string { return append(append([]string{}, w.hot...), w.regular...) }
+func (w *workload) skus() []string {
+	return append(append(append([]string{}, w.hot...), w.regular...), w.spare...)
+}
 
-func newWorkload(seed uint64, orders, hotSKUs int) *workload {
+// newWorkload plans orders orders, crashes of them crash orders: each of those wants one
+// spare-part SKU of its own, so that no other order waits for the locks its dead holder
+// abandons and takes them over (observation takeover: any waiter would, after one lease)
+// before TTL removes them and the janitor finds them. poison malformed messages are sent
+// during the burst.
+func newWorkload(seed uint64, orders, hotSKUs, crashes, poison int) *workload {
 	rng := rand.New(rand.NewPCG(seed, 0x7475726e7374696c)) // "turnstil"
 	w := &workload{
 		hot:     append([]string{}, hotNames[:hotSKUs]...),
@@ -61,7 +86,8 @@ func newWorkload(seed uint64, orders, hotSKUs int) *workload {
 		sendOver: time.Duration(min(max(orders, 40), 1000)) * 3 * time.Millisecond,
 	}
 	demand := map[string]int{}
-	for i := 0; i < orders; i++ {
+	regularOrders := orders - crashes
+	for i := 0; i < regularOrders; i++ {
 		nLines := pick(rng, []int{1, 1, 1, 1, 1, 2, 2, 2, 3, 3})
 		seen := map[string]bool{}
 		var lines []shop.Line
@@ -80,7 +106,7 @@ func newWorkload(seed uint64, orders, hotSKUs int) *workload {
 			lines = append(lines, shop.Line{SKU: sku, Qty: qty})
 			demand[sku] += qty
 		}
-		at := time.Duration(float64(w.sendOver) * float64(i) / float64(orders))
+		at := time.Duration(float64(w.sendOver) * float64(i) / float64(regularOrders))
 		w.orders = append(w.orders, plannedOrder{
 			order: shop.Order{
 				OrderID:    fmt.Sprintf("ord-%05d", i+1),
@@ -91,6 +117,28 @@ func newWorkload(seed uint64, orders, hotSKUs int) *workload {
 			sentTwice:    rng.Float64() < 0.08,
 			retryAfter:   time.Duration(50+rng.IntN(250)) * time.Millisecond,
 			deliverTwice: rng.Float64() < 0.05,
+		})
+	}
+	// The crash orders, early in the burst (a bad deploy, a host failure): their
+	// recoveries overlap.
+	for k := 0; k < crashes; k++ {
+		f := 0.1
+		if crashes > 1 {
+			f += 0.1 * float64(k) / float64(crashes-1)
+		}
+		sku := fmt.Sprintf("SPARE-PART-%d", k+1)
+		w.spare = append(w.spare, sku)
+		w.initial[sku] = 5
+		w.orders = append(w.orders, plannedOrder{
+			order: shop.Order{OrderID: fmt.Sprintf("ord-crash-%d", k+1), CustomerID: "cust-crash",
+				Lines: []shop.Line{{SKU: sku, Qty: 1}}},
+			at: time.Duration(f * float64(w.sendOver)), crash: true,
+		})
+	}
+	for k := 0; k < poison; k++ {
+		w.poison = append(w.poison, plannedPoison{
+			body: fmt.Sprintf(poisonBodies[k%len(poisonBodies)], k+1),
+			at:   time.Duration(float64(w.sendOver) * float64(k+1) / float64(poison+1)),
 		})
 	}
 	// Hot SKUs get about 60% of their demand, regular ones 150%: the sale sells out.

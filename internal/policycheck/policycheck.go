@@ -344,15 +344,39 @@ func CodeGrants(tpl *template.Template, f stack.Function) (map[Call]bool, error)
 			env[r.Target] = true
 		}
 	}
+	// A queue that is both an event source and in the environment (the order processor
+	// changes the visibility of the messages it returns): the event source mapping's own
+	// polling actions are Lambda's, not the code's.
+	poller := map[Call]bool{}
+	for _, e := range f.Events() {
+		if e.Type != "SQS" {
+			continue
+		}
+		refs, err := stack.References(e.Properties["Queue"], e.Name+"/Queue")
+		if err != nil {
+			return nil, err
+		}
+		for _, r := range refs {
+			for _, a := range SQSPollerActions {
+				poller[Call{Action: a, Resource: r.Target}] = true
+			}
+		}
+	}
 	grants, err := stack.FunctionGrants(tpl, f)
 	if err != nil {
 		return nil, err
 	}
 	out := map[Call]bool{}
 	for _, g := range grants {
-		if env[g.Target] && g.Attribute == "Arn" && (strings.HasPrefix(g.Action, "dynamodb:") || strings.HasPrefix(g.Action, "sqs:")) {
-			out[Call{Action: g.Action, Resource: g.Target}] = true
+		c := Call{Action: g.Action, Resource: g.Target}
+		if env[g.Target] && g.Attribute == "Arn" && !poller[c] && (strings.HasPrefix(g.Action, "dynamodb:") || strings.HasPrefix(g.Action, "sqs:")) {
+			out[c] = true
 		}
 	}
 	return out, nil
 }
+
+// SQSPollerActions are the actions Lambda's SQS event source mapping makes with the
+// function's role (sqs:ChangeMessageVisibility is granted to it too, but code may call it:
+// it stays the code's when the environment references the queue).
+var SQSPollerActions = []string{"sqs:ReceiveMessage", "sqs:DeleteMessage", "sqs:GetQueueAttributes"}

@@ -18,8 +18,11 @@
 // holder that lost a lease (paused, partitioned, presumed dead) cannot write, and a
 // redelivered message finds the order final and changes nothing.
 //
-// Leases are taken over by wall clock (lockcore.WallClockTakeover, see WithTakeoverSkew):
-// a Lambda invocation never waits long enough to observe a dead lease for its full
-// length, and AWS hosts' clocks are synchronised far better than the default 2s
-// allowance.
+// Operations wait for contended locks within the invocation (the locks are fair: a
+// waiter's turn comes) until SafetyMargin before the deadline, instead of returning the
+// message to SQS after a second. Leases are taken over by observation (lockcore's
+// default): a waiter takes a dead holder's lease after watching it unchanged for its
+// full length, which the deadline-derived waits are long enough for. ProcessOrders
+// decides a whole SQS batch under one acquisition of each SKU it needs.
+// WithLegacyWait restores the old 1s-then-bounce behaviour for comparison.
 package shop

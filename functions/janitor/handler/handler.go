@@ -282,16 +282,31 @@ func (h *Handler) abandoned(ctx context.Context, l AbandonedLease, via string, l
 	put(m, MetricAbandonedLeases, 1)
 	log = log.With("lock", l.Key, "namespace", l.Namespace, "owner", l.Owner, "leaseId", l.LeaseID,
 		"leaseEnd", l.Until, "removedBy", via)
-	if l.OrderID == "" {
+	ids := l.OrderIDs
+	if len(ids) == 0 && l.OrderID != "" {
+		ids = []string{l.OrderID}
+	}
+	if len(ids) == 0 {
 		log.WarnContext(ctx, "abandoned lease found: its holder died holding it; no order to resume")
 		return false, nil
 	}
-	log = log.With("orderId", l.OrderID)
-	log.WarnContext(ctx, "abandoned lease found: its holder died holding it")
-	o, st, exists, err := h.orders.Order(ctx, l.OrderID)
+	log.WarnContext(ctx, "abandoned lease found: its holder died holding it", "orderIds", ids)
+	for _, id := range ids {
+		r, err := h.resume(ctx, id, log.With("orderId", id), m)
+		if err != nil {
+			return redriven, err
+		}
+		redriven = redriven || r
+	}
+	return redriven, nil
+}
+
+// resume re-drives one order of an abandoned lease unless it is decided or unknown.
+func (h *Handler) resume(ctx context.Context, id string, log *slog.Logger, m Metrics) (bool, error) {
+	o, st, exists, err := h.orders.Order(ctx, id)
 	switch {
 	case err != nil:
-		return false, fmt.Errorf("janitor: read order %s: %w", l.OrderID, err)
+		return false, fmt.Errorf("janitor: read order %s: %w", id, err)
 	case !exists:
 		log.WarnContext(ctx, "order of the abandoned lease does not exist; nothing to resume")
 		return false, nil
@@ -299,7 +314,7 @@ func (h *Handler) abandoned(ctx context.Context, l AbandonedLease, via string, l
 		log.InfoContext(ctx, "order already decided; nothing to resume", "status", string(st))
 		return false, nil
 	}
-	o.OrderID = l.OrderID
+	o.OrderID = id
 	if err := o.Validate(); err != nil {
 		log.ErrorContext(ctx, "order of the abandoned lease cannot be re-driven", "error", err.Error())
 		return false, nil // retrying cannot help; the orders queue still redelivers the original
@@ -425,6 +440,7 @@ func (h *Handler) sweepRow(ctx context.Context, it map[string]types.AttributeVal
 	case *types.AttributeValueMemberS:
 		l.Data = []byte(v.Value)
 	}
+	l.OrderIDs = OrderIDsOf(l.Key, l.Data)
 	l.OrderID = OrderIDOf(l.Key, l.Data)
 	res.Abandoned++
 	redriven, err := h.abandoned(ctx, l, "sweep", h.log, m)

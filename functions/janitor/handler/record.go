@@ -33,7 +33,10 @@ type AbandonedLease struct {
 	LeaseID   string    // its lease id
 	Until     time.Time // its recorded lease end (zero if absent)
 	Data      []byte    // data stored with the lease
-	OrderID   string    // the order whose work the lease protected; "" if none
+	OrderID   string    // the (first) order whose work the lease protected; "" if none
+	// OrderIDs are every order the lease protected: a SKU lease taken for an SQS batch
+	// (shop.ProcessOrders) names the orders of its group, one per line.
+	OrderIDs []string
 }
 
 // String describes the lease for logs.
@@ -86,6 +89,7 @@ func DecodeRecord(rec events.DynamoDBEventRecord) (lease AbandonedLease, ok bool
 		l.Until = time.UnixMilli(ms)
 	}
 	l.Data = imgBytes(img, "data")
+	l.OrderIDs = OrderIDsOf(pk, l.Data)
 	l.OrderID = OrderIDOf(pk, l.Data)
 	return l, true, nil
 }
@@ -94,17 +98,30 @@ func DecodeRecord(rec events.DynamoDBEventRecord) (lease AbandonedLease, ok bool
 // ("sku#<sku>", whose leases carry their order id), the key's suffix for "order#<id>".
 // It returns "" when the lease names no valid order id.
 func OrderIDOf(key string, data []byte) string {
-	var id string
+	if ids := OrderIDsOf(key, data); len(ids) > 0 {
+		return ids[0]
+	}
+	return ""
+}
+
+// OrderIDsOf returns every order a lease on key protected: for a SKU lock the ids in its
+// data (one, or a batch's group separated by shop.BatchDataSeparator), for "order#<id>"
+// the key's suffix. Ids that are not valid order ids are left out.
+func OrderIDsOf(key string, data []byte) []string {
+	var raw []string
 	switch {
 	case strings.HasPrefix(key, OrderLockPrefix):
-		id = strings.TrimPrefix(key, OrderLockPrefix)
+		raw = []string{strings.TrimPrefix(key, OrderLockPrefix)}
 	case strings.HasPrefix(key, shop.SKULockPrefix):
-		id = string(data)
+		raw = strings.Split(string(data), shop.BatchDataSeparator)
 	}
-	if id == "" || len(id) > shop.MaxIDBytes || !utf8.ValidString(id) {
-		return ""
+	var ids []string
+	for _, id := range raw {
+		if id != "" && len(id) <= shop.MaxIDBytes && utf8.ValidString(id) {
+			ids = append(ids, id)
+		}
 	}
-	return id
+	return ids
 }
 
 func imgString(img map[string]events.DynamoDBAttributeValue, k string) (string, bool) {
