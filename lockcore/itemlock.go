@@ -23,23 +23,47 @@ type ItemAttributes struct {
 	Rev      string // lease version, +1 per acquisition and renewal (default "lockRev")
 	Fence    string // acquisitions of this item ever: the fencing token (default "lockFence")
 	Write    string // id of the last write made under a lease, to settle ambiguous writes (default "lockWrite")
+
+	// The fair queue (left empty, each takes its default).
+	Serving string // ticket allowed in (default "lockServing"); Fence is the last ticket issued
+	Ticket  string // the ticket the holder attributes belong to (default "lockTicket")
+	Waiters string // map of waiter id → ticket − 1, one short entry per waiting ticket (default "lockWaiters")
 }
 
 // DefaultItemAttributes are the attribute names used unless WithItemAttributes says otherwise.
 var DefaultItemAttributes = ItemAttributes{
 	LockedBy: "lockedBy", LockTime: "lockTime", Owner: "lockOwner", Until: "lockUntil",
 	LeaseMs: "lockLeaseMs", Rev: "lockRev", Fence: "lockFence", Write: "lockWrite",
+	Serving: "lockServing", Ticket: "lockTicket", Waiters: "lockWaiters",
 }
 
 func (a ItemAttributes) all() []string {
-	return []string{a.LockedBy, a.LockTime, a.Owner, a.Until, a.LeaseMs, a.Rev, a.Fence, a.Write}
+	return []string{a.LockedBy, a.LockTime, a.Owner, a.Until, a.LeaseMs, a.Rev, a.Fence, a.Write, a.Serving, a.Ticket, a.Waiters}
+}
+
+// withDefaults fills the queue's names left empty (ItemAttributes written before the
+// queue existed name only the first eight).
+func (a ItemAttributes) withDefaults() ItemAttributes {
+	d := DefaultItemAttributes
+	if a.Serving == "" {
+		a.Serving = d.Serving
+	}
+	if a.Ticket == "" {
+		a.Ticket = d.Ticket
+	}
+	if a.Waiters == "" {
+		a.Waiters = d.Waiters
+	}
+	return a
 }
 
 // WithItemAttributes renames an ItemLocker's lock attributes. Every name must be
-// non-empty and distinct. Other strategies refuse it.
+// non-empty and distinct; Serving, Ticket and Waiters left empty take their defaults.
+// Other strategies refuse it.
 func WithItemAttributes(a ItemAttributes) Option {
 	return func(c *config) error {
 		c.only("itemAttributes", StrategyItem)
+		a = a.withDefaults()
 		seen := map[string]bool{}
 		for _, n := range a.all() {
 			if err := validateAttrName("itemAttributes", n); err != nil {
@@ -73,6 +97,9 @@ type ItemLocker struct {
 	cfg         *config
 	attrs       ItemAttributes
 	requireItem bool
+
+	pacing pacing   // per item: this client's hold times, the queue's pace
+	busy   itemBusy // per item: when this client last found it busy
 }
 
 // NewItemLocker returns an ItemLocker on table, a table of the caller's. Besides the
@@ -95,6 +122,7 @@ type ItemLease struct {
 	locker *ItemLocker
 	item   item
 	ikey   item
+	hold   *itemHold
 	chain  writeChain
 }
 
@@ -165,22 +193,48 @@ func (il *ItemLocker) Acquire(ctx context.Context, key map[string]types.Attribut
 		il.cfg.acquired(ctx, StrategyItem, label, "", t0, st, l, err)
 	}()
 	leaseID := newLeaseID(il.cfg.owner)
-	got, start, err := il.cfg.acquireItem(ctx, label, il.table+"\x00"+label, ac.wait, &st,
-		func(ctx context.Context, stale *Holder) (item, *Holder, bool, error) {
-			return il.attempt(ctx, key, leaseID, ac.lease, stale)
-		},
-		func(_ item, stale *Holder) bool { return stale != nil },
-		func() { il.abandon(ctx, key, leaseID) })
-	if err != nil {
-		return nil, err
+	for {
+		h := &itemHold{il: il, key: key, label: label, wid: newWaiterID()}
+		tr, err := il.take(ctx, h, leaseID, ac, t0)
+		if err != nil {
+			if errors.Is(err, ErrLockHeld) {
+				st.contended = true
+			}
+			return nil, err
+		}
+		wr := waitResult{st: tr.st, claimed: true, start: tr.sent, lease: ac.lease}
+		if !tr.claimed {
+			st.contended = true
+			wr, err = il.wait(ctx, h, leaseID, tr, ac, t0)
+			st.takeover = st.takeover || h.skippedStalled
+			if errors.Is(err, errTicketSkipped) {
+				continue // our ticket was skipped while we were away: queue again
+			}
+			if err != nil {
+				return nil, err
+			}
+		}
+		h.next = wr.st.next
+		l := newLease(h, il.cfg, ac.lease, label, "", leaseID, Fence(h.ticket), wr.start)
+		l.ikey = key
+		lease = &ItemLease{Lease: l, locker: il, item: il.strip(wr.st.it, key), ikey: key, hold: h,
+			chain: writeChain{known: true, last: wr.st.write}}
+		if l.Remaining() < ac.lease/2 {
+			// Much of a handed-over lease went by unnoticed: claim it now.
+			if err := l.Renew(ctx); err != nil {
+				if errors.Is(err, ErrLeaseLost) {
+					continue
+				}
+				rctx, cancel := detached(ctx)
+				_ = l.Release(rctx)
+				cancel()
+				return nil, err
+			}
+		}
+		h.since = il.cfg.clock.Now()
+		l.startHeartbeat(ctx, ac.heartbeat)
+		return lease, nil
 	}
-	fence, _ := attrN(got, il.attrs.Fence)
-	l := newLease(il, il.cfg, ac.lease, label, "", leaseID, Fence(fence), start)
-	l.ikey = key
-	il2 := &ItemLease{Lease: l, locker: il, item: il.strip(got, key), ikey: key,
-		chain: writeChain{known: true, last: attrS(got, il.attrs.Write)}}
-	l.startHeartbeat(ctx, ac.heartbeat)
-	return il2, nil
 }
 
 // TryAcquire is Acquire with NoWait.
@@ -240,71 +294,6 @@ func keyLabel(key item) string {
 	return label
 }
 
-func (il *ItemLocker) attempt(ctx context.Context, key item, leaseID string, lease time.Duration, stale *Holder) (won item, holder *Holder, ambiguous bool, err error) {
-	a := il.attrs
-	now := il.cfg.clock.Now()
-	until := now.Add(lease)
-	free := expression.AttributeNotExists(name(a.LockedBy))
-	if il.cfg.takeover.wallClock {
-		free = expression.Or(free, expression.LessThan(name(a.Until), value(now.Add(-il.cfg.takeover.skew).UnixMilli())))
-	}
-	if stale != nil {
-		free = expression.Or(free, expression.And(
-			expression.Equal(name(a.LockedBy), value(stale.LeaseID)),
-			expression.Equal(name(a.Rev), value(stale.Rev))))
-	}
-	cond := free
-	if il.requireItem {
-		cond = expression.And(expression.AttributeExists(name(anyKeyName(key))), free)
-	}
-	upd := expression.Set(name(a.LockedBy), value(leaseID)).
-		Set(name(a.Owner), value(il.cfg.owner)).
-		Set(name(a.LockTime), value(now.UnixMilli())).
-		Set(name(a.Until), value(until.UnixMilli())).
-		Set(name(a.LeaseMs), value(lease.Milliseconds())).
-		Add(name(a.Rev), value(1)).
-		Add(name(a.Fence), value(1))
-	e := expr(expression.NewBuilder().WithCondition(cond).WithUpdate(upd))
-	out, err := il.db.UpdateItem(ctx, conditionalUpdate(il.table, key, e, types.ReturnValueAllNew), noSDKRetry)
-	if err == nil {
-		return out.Attributes, nil, false, nil
-	}
-	switch classify(err) {
-	case errCondition:
-		old, ok := conditionOld(err)
-		if !ok {
-			if old, err = il.read(ctx, key); err != nil {
-				return nil, nil, false, nil
-			}
-		}
-		if old == nil && il.requireItem {
-			return nil, nil, false, fmt.Errorf("%w: %s in %s", ErrItemNotFound, keyLabel(key), il.table)
-		}
-		if attrS(old, a.LockedBy) == leaseID {
-			return old, nil, false, nil
-		}
-		return nil, il.holderOf(old), false, nil
-	case errRetryable:
-		return nil, nil, false, nil
-	case errAmbiguous:
-		rctx, cancel := detached(ctx)
-		defer cancel()
-		cur, rerr := il.read(rctx, key)
-		if rerr != nil {
-			return nil, nil, true, nil
-		}
-		if attrS(cur, a.LockedBy) == leaseID {
-			return cur, nil, false, nil
-		}
-		if ctx.Err() != nil {
-			return nil, nil, true, ctx.Err()
-		}
-		return nil, il.holderOf(cur), true, nil
-	default:
-		return nil, nil, false, fmt.Errorf("lockcore: lock item %s: %w", keyLabel(key), err)
-	}
-}
-
 func anyKeyName(key item) string { return sortedKeys(key)[0] }
 
 func (il *ItemLocker) holderOf(it item) *Holder {
@@ -353,19 +342,6 @@ func (il *ItemLocker) isLockAttr(k string) bool {
 
 func (il *ItemLocker) read(ctx context.Context, key item) (item, error) {
 	return readItem(ctx, il.db, il.table, key)
-}
-
-func (il *ItemLocker) abandon(ctx context.Context, key item, leaseID string) {
-	ctx, cancel := detached(ctx)
-	defer cancel()
-	l := &Lease{key: keyLabel(key), id: leaseID, owner: il.cfg.owner, clock: il.cfg.clock, ikey: key}
-	_ = il.release(ctx, l)
-}
-
-func (il *ItemLocker) ownedBy(l *Lease) expression.ConditionBuilder {
-	return expression.And(
-		expression.Equal(name(il.attrs.LockedBy), value(l.id)),
-		expression.Equal(name(il.attrs.Owner), value(l.owner)))
 }
 
 func (il *ItemLocker) unlock(u expression.UpdateBuilder) expression.UpdateBuilder {
@@ -454,6 +430,10 @@ func (il *ItemLocker) write(ctx context.Context, lease *ItemLease, update expres
 		return nil, invalidOption("lease", "must not be nil")
 	}
 	l := lease.Lease
+	h := lease.hold
+	if h == nil {
+		return nil, invalidOption("lease", "must be a lease returned by ItemLocker.Acquire or Attach")
+	}
 	w := &lease.chain
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -467,15 +447,20 @@ func (il *ItemLocker) write(ctx context.Context, lease *ItemLease, update expres
 	if err := l.Err(); err != nil {
 		return nil, err
 	}
+	if release {
+		h.learnTicket(ctx, l)
+	}
 	// Every write carries a fresh id in the Write attribute: after an ambiguous failure
 	// the item itself says whether this write landed.
 	writeID := randomHex(16)
-	u := cloneUpdate(update).Set(name(il.attrs.Write), value(writeID))
-	if release {
-		u = il.unlock(u)
-	}
+	base := cloneUpdate(update).Set(name(il.attrs.Write), value(writeID))
+	handoff := h.handsOver()
 	landed := func(it item) (item, error) {
 		w.known, w.last, w.pending = true, writeID, nil
+		h.entry = false
+		if n, ok := attrN(it, il.attrs.Fence); ok {
+			h.next = n
+		}
 		if release {
 			l.finish(nil)
 		}
@@ -492,9 +477,20 @@ func (il *ItemLocker) write(ctx context.Context, lease *ItemLease, update expres
 		return fmt.Errorf("lockcore: %s %s: %w", op, l.key, err)
 	}
 	bo := backoff{base: il.cfg.backoffBase, cap: il.cfg.backoffCap}
-	adopted := 0
+	adopted, flips := 0, 0
 	for {
-		c := expression.And(il.ownedBy(l), il.chainCondition(w, writeID))
+		c := expression.And(h.owns(l), il.chainCondition(w, writeID))
+		u := cloneUpdate(base)
+		switch {
+		case release && h.ticket > 0:
+			var fc expression.ConditionBuilder
+			u, fc = h.releaseUpdate(u, l, handoff)
+			c = expression.And(c, fc)
+		case release:
+			u = il.unlock(u) // a lease without a ticket (an old client's): just unlock
+		default:
+			u = h.claim(u, l)
+		}
 		if cond != nil {
 			c = expression.And(c, *cond)
 		}
@@ -516,6 +512,17 @@ func (il *ItemLocker) write(ctx context.Context, lease *ItemLease, update expres
 						return nil, unknown(rerr)
 					}
 					return nil, fmt.Errorf("lockcore: %s %s: condition failed and re-read failed: %w", op, l.key, rerr)
+				}
+			}
+			if release && h.ticket > 0 && flips < 4 && attrS(old, il.attrs.Write) != writeID && h.ownsState(l, il.state(old, h.wid)) {
+				// Still ours: perhaps the release form was wrong (tickets were issued
+				// after ours, or none were).
+				n, _ := attrN(old, il.attrs.Fence)
+				if (n > h.ticket) != handoff {
+					flips++
+					h.next = n
+					handoff = h.handsOver()
+					continue
 				}
 			}
 			ok, adopt, cerr := il.conflict(lease, old, op, writeID, uncertain)
@@ -562,7 +569,7 @@ func (il *ItemLocker) reread(ctx context.Context, lease *ItemLease, op, writeID 
 		return nil, false, nil
 	case attrS(cur, il.attrs.Write) == writeID:
 		return cur, true, nil
-	case attrS(cur, il.attrs.LockedBy) == l.id:
+	case lease.hold.ownsState(l, il.state(cur, lease.hold.wid)):
 		return nil, false, nil
 	}
 	lerr := &LeaseError{Op: op, Key: l.key, LeaseID: l.id, Current: il.holderOf(cur),
@@ -582,7 +589,7 @@ func (il *ItemLocker) conflict(lease *ItemLease, old item, op, writeID string, u
 	if cur == writeID {
 		return true, "", nil
 	}
-	if attrS(old, il.attrs.LockedBy) == l.id && attrS(old, il.attrs.Owner) == l.owner {
+	if lease.hold.ownsState(l, il.state(old, lease.hold.wid)) {
 		if lease.chain.allows(cur) {
 			return false, "", fmt.Errorf("lockcore: %s %s: %w", op, l.key, ErrConditionFailed)
 		}
@@ -607,7 +614,9 @@ func (il *ItemLocker) classifyOld(op string, l *Lease, old item) error {
 }
 
 // Attach returns a handle on a lease acquired elsewhere on the item with key, so that
-// this client can release or renew it (owner-checked). Its Token is zero.
+// this client can release or renew it (owner-checked). Its Token is zero. The lease
+// must have written its lease id to the item (every acquisition that did not wait does
+// so at once, a handed-over one with its first write or heartbeat).
 func (il *ItemLocker) Attach(key map[string]types.AttributeValue, leaseID string) (*ItemLease, error) {
 	if err := il.validateKey(key); err != nil {
 		return nil, err
@@ -615,73 +624,9 @@ func (il *ItemLocker) Attach(key map[string]types.AttributeValue, leaseID string
 	if leaseID == "" {
 		return nil, invalidOption("leaseID", "must not be empty")
 	}
-	l := newLease(il, il.cfg, il.cfg.lease, keyLabel(key), "", leaseID, 0, il.cfg.clock.Now())
+	label := keyLabel(key)
+	h := &itemHold{il: il, key: key, label: label}
+	l := newLease(h, il.cfg, il.cfg.lease, label, "", leaseID, 0, il.cfg.clock.Now())
 	l.ikey = key
-	return &ItemLease{Lease: l, locker: il, ikey: key}, nil
-}
-
-// renew implements leaseOps.
-func (il *ItemLocker) renew(ctx context.Context, l *Lease) error {
-	bo := backoff{base: il.cfg.backoffBase, cap: il.cfg.backoffCap}
-	for {
-		now := il.cfg.clock.Now()
-		e := expr(expression.NewBuilder().WithCondition(il.ownedBy(l)).WithUpdate(
-			expression.Set(name(il.attrs.LockTime), value(now.UnixMilli())).
-				Set(name(il.attrs.Until), value(now.Add(l.duration).UnixMilli())).
-				Add(name(il.attrs.Rev), value(1))))
-		_, err := il.db.UpdateItem(ctx, conditionalUpdate(il.table, l.ikey, e, types.ReturnValueNone), noSDKRetry)
-		if err == nil {
-			return nil
-		}
-		switch classify(err) {
-		case errCondition:
-			old, ok := conditionOld(err)
-			if !ok {
-				old, _ = il.read(ctx, l.ikey)
-			}
-			return il.classifyOld("renew", l, old)
-		case errFatal:
-			return fmt.Errorf("lockcore: renew %s: %w", l.key, err)
-		}
-		if serr := sleep(ctx, bo.next()); serr != nil {
-			return fmt.Errorf("lockcore: renew %s: %w (last error: %v)", l.key, serr, err)
-		}
-	}
-}
-
-// release implements leaseOps: it removes the lock attributes, owner-checked.
-func (il *ItemLocker) release(ctx context.Context, l *Lease) error {
-	bo := backoff{base: il.cfg.backoffBase, cap: il.cfg.backoffCap}
-	releaseID := randomHex(16)
-	e := expr(expression.NewBuilder().WithCondition(il.ownedBy(l)).
-		WithUpdate(il.unlock(expression.Set(name(il.attrs.Write), value(releaseID)))))
-	uncertain := false
-	for {
-		_, err := il.db.UpdateItem(ctx, conditionalUpdate(il.table, l.ikey, e, types.ReturnValueNone), noSDKRetry)
-		if err == nil {
-			return nil
-		}
-		switch classify(err) {
-		case errCondition:
-			old, ok := conditionOld(err)
-			if !ok {
-				old, _ = il.read(ctx, l.ikey)
-			}
-			if attrS(old, il.attrs.Write) == releaseID {
-				return nil // our earlier attempt released it
-			}
-			lerr := il.classifyOld("release", l, old)
-			if uncertain && errors.Is(lerr, ErrLeaseLost) {
-				lerr = &LeaseError{Op: "release", Key: l.key, LeaseID: l.id, Current: il.holderOf(old), Err: errLostUnknown}
-			}
-			return lerr
-		case errFatal:
-			return fmt.Errorf("lockcore: release %s: %w", l.key, err)
-		case errAmbiguous:
-			uncertain = true
-		}
-		if serr := sleep(ctx, bo.next()); serr != nil {
-			return fmt.Errorf("lockcore: release %s: %w (last error: %v)", l.key, serr, err)
-		}
-	}
+	return &ItemLease{Lease: l, locker: il, ikey: key, hold: h}, nil
 }
