@@ -514,6 +514,9 @@ func (il *ItemLocker) write(ctx context.Context, lease *ItemLease, update expres
 					return nil, fmt.Errorf("lockcore: %s %s: condition failed and re-read failed: %w", op, l.key, rerr)
 				}
 			}
+			if uncertain && release && h.passedOn(l, il.state(old, h.wid)) {
+				return landed(old) // an earlier attempt landed; the item may have moved on since
+			}
 			if release && h.ticket > 0 && flips < 4 && attrS(old, il.attrs.Write) != writeID && h.ownsState(l, il.state(old, h.wid)) {
 				// Still ours: perhaps the release form was wrong (tickets were issued
 				// after ours, or none were).
@@ -541,7 +544,7 @@ func (il *ItemLocker) write(ctx context.Context, lease *ItemLease, update expres
 			return nil, unknown(err)
 		case errAmbiguous:
 			uncertain = true
-			if cur, done, aerr := il.reread(ctx, lease, op, writeID, err); done {
+			if cur, done, aerr := il.reread(ctx, lease, op, writeID, release, err); done {
 				if aerr != nil {
 					return nil, aerr
 				}
@@ -559,7 +562,7 @@ func (il *ItemLocker) write(ctx context.Context, lease *ItemLease, update expres
 // write may have landed and been overwritten, or not: nobody can tell; the lease is
 // finished), not done when the item is still ours and unwritten (retrying the same write
 // is safe: its condition refuses a second landing) or the read failed.
-func (il *ItemLocker) reread(ctx context.Context, lease *ItemLease, op, writeID string, cause error) (item, bool, error) {
+func (il *ItemLocker) reread(ctx context.Context, lease *ItemLease, op, writeID string, release bool, cause error) (item, bool, error) {
 	l := lease.Lease
 	rctx, cancel := detached(ctx)
 	cur, err := il.read(rctx, lease.ikey)
@@ -568,6 +571,8 @@ func (il *ItemLocker) reread(ctx context.Context, lease *ItemLease, op, writeID 
 	case err != nil:
 		return nil, false, nil
 	case attrS(cur, il.attrs.Write) == writeID:
+		return cur, true, nil
+	case release && lease.hold.passedOn(l, il.state(cur, lease.hold.wid)):
 		return cur, true, nil
 	case lease.hold.ownsState(l, il.state(cur, lease.hold.wid)):
 		return nil, false, nil

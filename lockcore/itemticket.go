@@ -253,6 +253,15 @@ func (h *itemHold) releaseUpdate(u expression.UpdateBuilder, l *Lease, handoff b
 	return u, expression.Equal(name(a.Fence), value(t))
 }
 
+// passedOn tells, after an attempt to release whose outcome is unknown, that it landed:
+// serving moved past our ticket while our lease was certainly valid. Nobody else can
+// move it then (a skip needs the ticket withdrawn, released, or silent for longer than
+// the validity counted), so it was our release — even when the next holder has already
+// overwritten the release's write id.
+func (h *itemHold) passedOn(l *Lease, st itemState) bool {
+	return h.ticket > 0 && st.exists && st.hasServing && st.serving > h.ticket && st.next >= h.ticket && l.Remaining() > 0
+}
+
 // learnTicket reads the ticket of an attached lease (claimed: its lease id is in
 // lockedBy). It leaves the hold unchanged when the item says nothing.
 func (h *itemHold) learnTicket(ctx context.Context, l *Lease) {
@@ -338,7 +347,7 @@ func (h *itemHold) release(ctx context.Context, l *Lease) error {
 				old, _ = il.read(ctx, h.key)
 			}
 			st := il.state(old, h.wid)
-			if st.write == releaseID {
+			if st.write == releaseID || (uncertain && h.passedOn(l, st)) {
 				return nil // our earlier attempt released it
 			}
 			if h.ownsState(l, st) && flips < 4 {
