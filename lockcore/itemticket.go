@@ -534,6 +534,26 @@ func (il *ItemLocker) take(ctx context.Context, h *itemHold, leaseID string, ac 
 			} else {
 				uncertainQueue = true
 			}
+			// Re-read before retrying: the item says whether the take landed.
+			rctx, cancel := detached(ctx)
+			cur, rerr := il.read(rctx, h.key)
+			cancel()
+			if rerr == nil {
+				st := il.state(cur, h.wid)
+				switch {
+				case claimForm && st.lockedBy == leaseID:
+					h.ticket, h.wid, h.entry = st.ticket, "", false
+					return takeResult{st: st, claimed: true, sent: first}, nil
+				case !claimForm && st.ownEntry:
+					h.ticket, h.entry = st.ownTicket, true
+					h.gc = st.oldTombs(now)
+					return takeResult{st: st, sent: first}, nil
+				}
+				last = st
+			}
+			if ctx.Err() != nil {
+				return takeResult{}, &HeldError{Key: h.label, Holder: il.stateHolder(last), Waited: il.cfg.clock.Now().Sub(start), Cause: ctx.Err()}
+			}
 		}
 		if serr := sleep(ctx, bo.next()); serr != nil {
 			return takeResult{}, &HeldError{Key: h.label, Holder: il.stateHolder(last), Waited: il.cfg.clock.Now().Sub(start), Cause: serr}
