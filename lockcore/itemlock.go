@@ -89,8 +89,89 @@ func RequireItem() Option {
 // ItemLocker implements the locking read: the lock lives in attributes of the data item
 // itself. Acquire locks the item and returns its current contents in one UpdateItem
 // (ReturnValues ALL_NEW); UpdateAndRelease writes the caller's changes and unlocks in one
-// more, conditioned on the lease. Two calls per critical section, and the write is
-// self-fencing: it cannot land once another client has taken the lock.
+// more, conditioned on the lease. Two calls per uncontended critical section, and the
+// write is self-fencing: it cannot land once another client holds the item.
+//
+// It is fair: waiters enter strictly in the order they took their tickets, from a ticket
+// lock kept on the item (as TicketLock keeps one on its lock row).
+//
+// Attributes (names configurable with WithItemAttributes):
+//
+//	lockFence     last ticket issued (so the fencing token: acquisitions of the item)
+//	lockServing   ticket allowed in
+//	lockWaiters   map of waiter id (8 characters) → ticket − 1, one entry per waiting
+//	              ticket, written by the update that issued it
+//	lockedBy      the served ticket's holder: its lease id, or "~N" while ticket N has
+//	              been handed over and its waiter has not written its lease id yet;
+//	              absent when nobody holds the item
+//	lockTicket    the ticket lockedBy belongs to
+//	lockOwner, lockUntil, lockTime, lockLeaseMs   the holder's owner name, wall-clock
+//	              lease end, last acquisition or renewal, lease duration
+//	lockRev       bumps on every acquisition, handoff, skip and heartbeat
+//	lockWrite     id of the last write, to settle ambiguous writes (the write chain)
+//
+// Protocol:
+//
+//	take (free)   one UpdateItem if nobody holds or waits: ADD lockFence 1, serving = the
+//	              new ticket, lockedBy = our lease id, …; ALL_NEW is the item: held and
+//	              read in one call.
+//	take (queue)  one UpdateItem if the item is busy: ADD lockFence 1 and our entry
+//	              (lockWaiters.<id> = old lockFence). Each form fails its condition when
+//	              the other applies; the item returned with the failure says which, and
+//	              a client that found the item busy lately starts with the queue form.
+//	wait          strongly consistent GetItem polls timed by queue position and pace,
+//	              until serving = our ticket and lockedBy = "~<ticket>": that read is
+//	              the item as the previous holder's write-and-release left it.
+//	release       serving = ticket + 1 and lockedBy = "~<ticket+1>" if tickets were
+//	              issued after ours, else (lockFence = ticket) the holder attributes go;
+//	              with UpdateAndRelease, together with the caller's update (one call).
+//	write         Update and every heartbeat write our lease id into lockedBy (and drop
+//	              our entry): a handed-over lease is then held like one taken free.
+//
+// Every write of a holder is conditioned on owning the item: lockedBy = its lease id and
+// lockOwner = its owner name, or — before it wrote its lease id — serving = its ticket,
+// lockedBy = "~<ticket>" and its own entry present. Nobody can thus release, renew or
+// overwrite another owner's lease, and a write cannot land once serving moved on.
+//
+// Validity. A waiter whose ticket comes up counts its lease from the send time of its
+// last read that still showed an earlier ticket served, for no longer than the lease the
+// handoff wrote (lockLeaseMs). That read was processed before the write that served our
+// ticket, so before any other client can have seen the new (serving, rev, lockedBy). A
+// served ticket is skipped only (a) at once when its waiter withdrew (no entry) or its
+// holder attributes were removed by a write that left serving alone (a caller's own
+// transaction unlocking the item as the shop's order decision does: that write is
+// conditioned on the lease id, so it is the holder's own release), or (b) after the
+// skipper saw the same (serving, rev, lockedBy) for that lease on its own monotonic
+// clock, or (c) in the wall-clock mode, when lockTicket = serving and lockUntil + skew
+// lies in the past by the skipper's clock (every handoff, skip, claim and heartbeat
+// writes lockUntil for the ticket it serves, and a handed-over lease never counts past
+// it). Every skip is conditioned on the item being as observed. No claim write is needed
+// to enter: two calls per critical section under contention too, plus the polls.
+//
+// A ticket whose waiter gave up is withdrawn (its entry removed, or, when the take's
+// outcome was unknown, a tombstone that makes a late take fail); a served ticket without
+// an entry is skipped at once. A take whose response was lost is settled by re-reading
+// the item (our lease id in lockedBy, or our entry), as is every write (the write chain)
+// and a release (its write id, or serving moved past our ticket while our lease was
+// valid — nobody else can move it then).
+//
+// Rolling deploys. Clients of the previous release take the item with a conditional
+// write on attribute_not_exists(lockedBy) (or a stale or expired lockedBy) and release it
+// by removing lockedBy. This protocol keeps lockedBy present whenever any ticket is
+// served — our lease id, or the "~N" marker of a handoff — and removes it only when the
+// item is free (no ticket issued after the released one), so an old client can take the
+// item only when a new one could take it free; new clients' heartbeats and handoffs bump
+// lockRev and refresh lockUntil, so an old client's takeover rules see them alive.
+// Conversely, an old client's take increments lockFence like a ticket and writes its
+// lease id into lockedBy: new clients see that ticket served with a holder that is not
+// theirs, and wait until lockedBy is removed (then skip it at once) or stays unchanged
+// for its lease. Both protocols condition every holder write on lockedBy, so neither can
+// write under the other's lease.
+//
+// Takeover: ObserveTakeover (default) and WallClockTakeover(skew) as in (b) and (c).
+// A take whose response is lost and that lands after its client gave up and re-read is
+// released by that client when it can see it; one that lands later still holds the item
+// without a heartbeat and is skipped after a lease.
 type ItemLocker struct {
 	db          DynamoDB
 	table       string
@@ -157,8 +238,8 @@ func (l *ItemLease) write(ctx context.Context, update expression.UpdateBuilder, 
 	return l.locker.write(ctx, l, update, c, release)
 }
 
-// Token returns the fencing token of this acquisition: the number of acquisitions the item
-// has seen, kept in its Fence attribute. Tokens strictly increase for as long as the item
+// Token returns the fencing token of this acquisition: its ticket, the number of tickets
+// the item has issued, kept in its Fence attribute. Tokens strictly increase for as long as the item
 // exists. Deleting the item deletes the counter: the next acquisition starts again at 1,
 // so a token of the locking read orders the writes of one item's life only. The locking
 // read needs no token for its own writes (they are conditioned on the lease itself); use

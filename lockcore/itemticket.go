@@ -117,17 +117,6 @@ func (st itemState) served() servedKind {
 	return servedLive
 }
 
-// waiting counts the live tickets behind the served one.
-func (st itemState) waiting() int {
-	n := 0
-	for t := range st.waiters {
-		if t > st.serving {
-			n++
-		}
-	}
-	return n
-}
-
 func (st itemState) oldTombs(now time.Time) []string {
 	var old []string
 	for k, ms := range st.tombs {
@@ -746,8 +735,6 @@ func (il *ItemLocker) wait(ctx context.Context, h *itemHold, leaseID string, tr 
 	}
 	return waitResult{st: st, start: s, lease: lease}, nil
 }
-
-var errItemWithdrawn = errors.New("lockcore: item ticket withdrawn")
 
 // giveUp withdraws the ticket and explains why the wait ended (cause nil: the wait
 // policy's time ran out).
