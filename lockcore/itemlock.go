@@ -533,7 +533,7 @@ func (il *ItemLocker) write(ctx context.Context, lease *ItemLease, update expres
 	}
 	// Every write carries a fresh id in the Write attribute: after an ambiguous failure
 	// the item itself says whether this write landed.
-	writeID := randomHex(16)
+	writeID := randomHex(8)
 	base := cloneUpdate(update).Set(name(il.attrs.Write), value(writeID))
 	handoff := h.handsOver()
 	landed := func(it item) (item, error) {

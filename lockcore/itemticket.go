@@ -12,7 +12,9 @@ import (
 
 	"crypto/rand"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/expression"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 )
 
@@ -309,7 +311,7 @@ func (h *itemHold) release(ctx context.Context, l *Lease) error {
 	}
 	h.learnTicket(ctx, l)
 	bo := backoff{base: il.cfg.backoffBase, cap: il.cfg.backoffCap}
-	releaseID := randomHex(16)
+	releaseID := randomHex(8)
 	handoff := h.handsOver()
 	uncertain := false
 	flips := 0
@@ -610,6 +612,15 @@ func (il *ItemLocker) skip(ctx context.Context, h *itemHold, st itemState, lease
 	return err == nil
 }
 
+// readEventually reads the item with an eventually consistent GetItem.
+func (il *ItemLocker) readEventually(ctx context.Context, key item) (item, error) {
+	out, err := il.db.GetItem(ctx, &dynamodb.GetItemInput{TableName: aws.String(il.table), Key: key})
+	if err != nil {
+		return nil, err
+	}
+	return out.Item, nil
+}
+
 // waitResult is a wait that reached our turn.
 type waitResult struct {
 	st      itemState
@@ -635,6 +646,7 @@ func (il *ItemLocker) wait(ctx context.Context, h *itemHold, leaseID string, tr 
 	}
 	obs := seen{serving: st.serving, rev: st.rev, lockedBy: st.lockedBy, at: il.cfg.clock.Now()}
 	var claimSent time.Time // first send of a skip that may have made us the holder
+	confirm := false        // the next read must be strongly consistent, at once
 	bo := backoff{base: il.cfg.backoffBase, cap: il.cfg.backoffCap}
 	for {
 		if st.serving == h.ticket && st.lockedBy == leaseID {
@@ -663,6 +675,7 @@ func (il *ItemLocker) wait(ctx context.Context, h *itemHold, leaseID string, tr 
 		}
 		kind := st.served()
 		switch {
+		case confirm:
 		case kind == servedGone || (kind == servedLive && stalled):
 			if st.serving+1 == h.ticket && claimSent.IsZero() {
 				claimSent = il.cfg.clock.Now()
@@ -680,7 +693,11 @@ func (il *ItemLocker) wait(ctx context.Context, h *itemHold, leaseID string, tr 
 			if !p.forever && waited >= p.max {
 				return waitResult{}, il.giveUp(ctx, h, leaseID, st, start, nil)
 			}
-			d := pc.delay(now, h.ticket-st.serving, rtt, il.pacing.turn(pk, rtt, pc.pace))
+			pos := h.ticket - st.serving
+			d := pc.delay(now, pos, rtt, il.pacing.turn(pk, rtt, pc.pace))
+			// Never sleep past the moment a stalled holder could be skipped, and look at
+			// least ten times a lease so the takeover clock starts soon after the
+			// holder's last heartbeat (and a far sleep on a wrong pace stays short).
 			d = min(d, lease/10, obs.at.Add(itemLease).Sub(now)+time.Millisecond)
 			if il.cfg.takeover.wallClock && st.ticket == st.serving && st.until > 0 {
 				d = min(d, time.UnixMilli(st.until).Add(il.cfg.takeover.skew).Sub(now)+time.Millisecond)
@@ -693,7 +710,22 @@ func (il *ItemLocker) wait(ctx context.Context, h *itemHold, leaseID string, tr 
 			}
 		}
 		send := il.cfg.clock.Now()
-		it, err := il.read(ctx, h.key)
+		// Waiters far back read eventually consistently (half the price): such a read
+		// only times the next one and may start a takeover clock or a skip (both safe
+		// on a stale view: a skip is conditioned on the item as observed, and any read
+		// that shows a state was processed after the write that made it). Whatever
+		// would move this waiter — its turn, its ticket gone, the head near — is
+		// confirmed by a strongly consistent read at once, and only those count for the
+		// lease's validity (lastBefore).
+		far := !confirm && st.ownEntry && h.ticket-st.serving > 1
+		confirm = false
+		var it item
+		var err error
+		if far {
+			it, err = il.readEventually(ctx, h.key)
+		} else {
+			it, err = il.read(ctx, h.key)
+		}
 		if err != nil {
 			if ctx.Err() != nil {
 				return waitResult{}, il.giveUp(ctx, h, leaseID, st, start, ctx.Err())
@@ -710,7 +742,11 @@ func (il *ItemLocker) wait(ctx context.Context, h *itemHold, leaseID string, tr 
 		now = il.cfg.clock.Now()
 		rtt = (3*rtt + max(now.Sub(send), time.Millisecond)) / 4
 		next := il.state(it, h.wid)
-		if next.serving < h.ticket {
+		if far && (!next.ownEntry || next.serving+1 >= h.ticket) {
+			confirm = true // the head came near (or the view is stale): look again, consistently
+			continue
+		}
+		if !far && next.serving < h.ticket {
 			lastBefore = send
 		}
 		pc.read(send, next.serving-st.serving, il.pacing.turn(pk, rtt, pc.pace), rtt)
