@@ -625,3 +625,119 @@ func TestItemFairForeignUnlock(t *testing.T) {
 		t.Fatalf("waiter got the item %s after a foreign unlock", d)
 	}
 }
+
+// Waiters behind the next in line read eventually consistently; stale answers (old states
+// of the item) must never let two clients hold it, lose a write, or stall the queue.
+func TestItemFairStaleReadsNeverTwoHolders(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ctx := ctxT(t, 2*time.Minute)
+	key := dataKey("stale")
+	sr := &staleReads{DynamoDB: e.db}
+	var ov overlap
+	var done atomic.Int32
+	var wg sync.WaitGroup
+	for w := range 10 {
+		il, _ := lockcore.NewItemLocker(sr, e.data, fast(fmt.Sprintf("w%d", w),
+			lockcore.WithMinLease(time.Second), lockcore.WithLease(time.Second))...)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 12 {
+				actx, cancel := context.WithCancel(ctx)
+				l, err := il.Acquire(actx, key)
+				if err != nil {
+					cancel()
+					t.Error(err)
+					return
+				}
+				if w == 0 && i == 5 {
+					cancel() // a crashed holder, skipped by stale-reading waiters
+					continue
+				}
+				ov.enter()
+				time.Sleep(time.Millisecond)
+				ov.exit()
+				_, err = il.UpdateAndRelease(ctx, l, addOne(), nil)
+				cancel()
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				done.Add(1)
+			}
+		}()
+	}
+	wg.Wait()
+	if ov.max.Load() > 1 {
+		t.Fatalf("%d holders at once", ov.max.Load())
+	}
+	if got := readN(t, e, key); got != fmt.Sprint(done.Load()) {
+		t.Fatalf("n = %s after %d sections", got, done.Load())
+	}
+	if sr.staleCount() == 0 {
+		t.Fatal("no stale read served: the test tested nothing")
+	}
+	t.Logf("%d stale reads", sr.staleCount())
+}
+
+// avSize is DynamoDB's size of an attribute value, maps included (3 bytes plus, per
+// element, its name, its value and 1 byte).
+func avSize(v types.AttributeValue) int {
+	switch v := v.(type) {
+	case *types.AttributeValueMemberM:
+		n := 3
+		for k, x := range v.Value {
+			n += len(k) + avSize(x) + 1
+		}
+		return n
+	default:
+		return itemSize(map[string]types.AttributeValue{"": v})
+	}
+}
+
+// The queue lives on the data item: with 64 waiters the lock attributes must stay well
+// under 1 KB, so that a take or a release costs 1 WCU (room left for the user's data).
+func TestItemFairQueueSizeWith64Waiters(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ctx := ctxT(t, 2*time.Minute)
+	key := dataKey("order#ORD-2026-11-24-0000123456")
+	first, _ := lockcore.NewItemLocker(e.db, e.data, fast("order-processor-first", lockcore.WithLease(20*time.Second))...)
+	lf, err := first.Acquire(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var wg sync.WaitGroup
+	for i := range 64 {
+		il, _ := lockcore.NewItemLocker(e.db, e.data, fast(fmt.Sprintf("order-processor-%d", i), lockcore.WithLease(20*time.Second))...)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if l, err := il.Acquire(wctx, key); err == nil {
+				_ = l.Release(context.Background())
+			}
+		}()
+	}
+	waitQueued(t, e, key, 64)
+	// Hand the item over once: the usual state of a busy item (a "~N" marker holder).
+	if err := lf.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	out, err := e.db.GetItem(ctx, &dynamodb.GetItemInput{TableName: &e.data, Key: key, ConsistentRead: aws.Bool(true)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	size := 0
+	for k, v := range out.Item {
+		size += len(k) + avSize(v)
+	}
+	t.Logf("item with 63 waiters and a handed-over holder: %d bytes", size)
+	if size >= 1000 {
+		t.Errorf("item with 64 tickets is %d bytes: writes cost 2 WCU", size)
+	}
+	cancel()
+	wg.Wait()
+}
