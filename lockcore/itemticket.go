@@ -717,7 +717,9 @@ func (il *ItemLocker) wait(ctx context.Context, h *itemHold, leaseID string, tr 
 		// would move this waiter — its turn, its ticket gone, the head near — is
 		// confirmed by a strongly consistent read at once, and only those count for the
 		// lease's validity (lastBefore).
-		far := !confirm && st.ownEntry && h.ticket-st.serving > 1
+		// A consistent read at least every quarter lease keeps lastBefore fresh, so that
+		// a waiter served after a long wait enters with most of its lease (no renewal).
+		far := !confirm && st.ownEntry && h.ticket-st.serving > 1 && send.Sub(lastBefore) < lease/4
 		confirm = false
 		var it item
 		var err error
