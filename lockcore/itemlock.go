@@ -119,9 +119,13 @@ func RequireItem() Option {
 //	              (lockWaiters.<id> = old lockFence). Each form fails its condition when
 //	              the other applies; the item returned with the failure says which, and
 //	              a client that found the item busy lately starts with the queue form.
-//	wait          strongly consistent GetItem polls timed by queue position and pace,
-//	              until serving = our ticket and lockedBy = "~<ticket>": that read is
-//	              the item as the previous holder's write-and-release left it.
+//	wait          GetItem polls timed by queue position and pace (reusing TicketLock's
+//	              pacer), until serving = our ticket and lockedBy = "~<ticket>": that
+//	              read is the item as the previous holder's write-and-release left it.
+//	              The next in line reads strongly consistently; waiters further back
+//	              eventually consistently (half an RCU), confirming anything that would
+//	              move them with a consistent read, and only consistent reads count for
+//	              the validity below.
 //	release       serving = ticket + 1 and lockedBy = "~<ticket+1>" if tickets were
 //	              issued after ours, else (lockFence = ticket) the holder attributes go;
 //	              with UpdateAndRelease, together with the caller's update (one call).
