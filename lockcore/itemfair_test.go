@@ -292,7 +292,7 @@ func TestItemFairCancelledWaitersDontStall(t *testing.T) {
 	waitQueued(t, e, key, 1)
 	c2, _ := lockcore.NewItemLocker(e.db, e.data, opts("c2")...)
 	done2 := make(chan error, 1)
-	go func() { _, err := c2.Acquire(ctx, key, lockcore.WaitUpTo(300*time.Millisecond)); done2 <- err }()
+	go func() { _, err := c2.Acquire(ctx, key, lockcore.WaitUpTo(4*time.Second)); done2 <- err }()
 	waitQueued(t, e, key, 2)
 	w, _ := lockcore.NewItemLocker(e.db, e.data, opts("w")...)
 	got := make(chan time.Time, 1)
