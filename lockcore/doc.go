@@ -8,8 +8,12 @@
 //
 //   - ItemLocker (locking read): the lock lives on the data item. Acquire locks and
 //     reads in one UpdateItem; UpdateAndRelease writes and unlocks in one more. Two
-//     calls per critical section, and the write is self-fencing. Use it whenever the
-//     protected data is one item — it is the cheapest lock.
+//     calls per critical section, and the write is self-fencing. It is fair: a ticket
+//     lock on the item (a ticket counter, a now-serving counter and one short entry per
+//     waiter) lets waiters in strictly in arrival order; a waiter's turn comes with the
+//     read that shows it, so a contended section costs two writes plus a few polls. Use
+//     it whenever the protected data is one item — it is the cheapest lock. Takeover by
+//     observation or by wall clock.
 //   - Mutex (lease mutex): a lock row in a separate lock table, for protecting anything
 //     (several items, other tables, external systems). Two calls per uncontended
 //     critical section; guard your writes with GuardCheck (in a transaction) or with
@@ -36,9 +40,9 @@
 // learns it from its heartbeat (Lease.Done, Lease.Err) and from every guarded write
 // (ErrLeaseLost). Every acquisition also carries a fencing token (Lease.Token). For
 // Mutex, TicketLock and Queue it strictly increases per key (and namespace) for the
-// key's whole life, even after its lock row was deleted by TTL. For ItemLocker it
-// strictly increases while the data item exists and restarts at 1 when the item is
-// deleted (ItemLease.Token); its writes are fenced by the lease itself.
+// key's whole life, even after its lock row was deleted by TTL. For ItemLocker it is the
+// acquisition's ticket: it strictly increases while the data item exists and restarts at
+// 1 when the item is deleted (ItemLease.Token); its writes are fenced by the lease itself.
 //
 // Wall clocks are never trusted for safety in the default mode. TTLs of lock rows count
 // from the later of the local clock and DynamoDB's own clock (the Date header of its

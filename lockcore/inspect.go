@@ -695,14 +695,17 @@ type ItemLock struct {
 	Holder   *LockHolder       `json:"holder,omitempty"`
 	Fence    FenceInfo         `json:"fence"` // the item's acquisition count (restarts if the item is deleted)
 	Revision int64             `json:"revision"`
-	Exists   bool              `json:"exists"` // the item exists
+	Waiters  []Waiter          `json:"waiters,omitempty"` // tickets waiting, in the order they enter
+	Tickets  *TicketCounters   `json:"tickets,omitempty"` // the item's queue (Next: its Fence)
+	Exists   bool              `json:"exists"`            // the item exists
 	ReadAt   time.Time         `json:"readAt"`
 }
 
 // ShowItem reads the lock attributes an ItemLocker keeps on the data item with primary
 // key key in table, with a strongly consistent GetItem. attrs names the attributes; its
-// zero value means DefaultItemAttributes. Locking reads have no waiters (each waiter
-// retries the conditional write on its own).
+// zero value means DefaultItemAttributes. Waiters are the item's queued tickets (entries
+// carry no names: each reads "ticket N"); a holder whose lease id is not written yet (a
+// ticket just handed over) reads "ticket N" too.
 func (in *Inspector) ShowItem(ctx context.Context, table string, key map[string]types.AttributeValue, attrs ItemAttributes) (*ItemLock, error) {
 	if table == "" {
 		return nil, invalidOption("table", "must not be empty")
@@ -710,6 +713,7 @@ func (in *Inspector) ShowItem(ctx context.Context, table string, key map[string]
 	if attrs == (ItemAttributes{}) {
 		attrs = DefaultItemAttributes
 	}
+	attrs = attrs.withDefaults()
 	if err := WithItemAttributes(attrs)(&config{}); err != nil {
 		return nil, err
 	}
@@ -726,14 +730,40 @@ func (in *Inspector) ShowItem(ctx context.Context, table string, key map[string]
 	for k, v := range key {
 		out.Key[k] = avText(v)
 	}
-	fence, _ := attrN(it, attrs.Fence)
-	rev, _ := attrN(it, attrs.Rev)
-	out.Fence, out.Revision = fenceInfo(Fence(fence)), rev
-	if id := attrS(it, attrs.LockedBy); id != "" {
-		ms, _ := attrN(it, attrs.LeaseMs)
-		out.Holder = &LockHolder{Owner: attrS(it, attrs.Owner), LeaseID: id,
+	st := il.state(it, "")
+	out.Fence, out.Revision = fenceInfo(Fence(st.next)), st.rev
+	if st.hasServing && st.serving <= st.next {
+		out.Fence = fenceInfo(Fence(st.serving))
+	}
+	if st.hasQueue || st.hasServing {
+		out.Tickets = &TicketCounters{Serving: st.serving, Next: st.next}
+		var tks []int64
+		for t := range st.waiters {
+			if t > st.serving {
+				tks = append(tks, t)
+			}
+		}
+		slices.Sort(tks)
+		for i, t := range tks {
+			out.Waiters = append(out.Waiters, Waiter{Position: i + 1, Ticket: t, LeaseID: fmt.Sprintf("ticket %d", t)})
+		}
+	}
+	switch id := st.lockedBy; {
+	case id == "":
+	case st.served() == servedGone:
+		out.State = LockAbandoned // handed to a ticket since withdrawn: the next waiter skips it
+		out.Holder = &LockHolder{LeaseID: fmt.Sprintf("ticket %d", st.serving), Ticket: st.serving}
+	default:
+		ms := st.leaseMs
+		out.Holder = &LockHolder{Owner: st.owner, LeaseID: id,
 			AcquiredAt: msTime(it, attrs.LockTime), Until: msTime(it, attrs.Until),
 			Lease: time.Duration(ms) * time.Millisecond}
+		if st.hasServing && st.ticket == st.serving {
+			out.Holder.Ticket = st.ticket
+		}
+		if id == marker(st.serving) {
+			out.Holder.LeaseID = fmt.Sprintf("ticket %d", st.serving)
+		}
 		out.State = LockHeld
 		if in.abandoned(out.Holder.Until, now) {
 			out.State = LockAbandoned

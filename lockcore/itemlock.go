@@ -23,23 +23,47 @@ type ItemAttributes struct {
 	Rev      string // lease version, +1 per acquisition and renewal (default "lockRev")
 	Fence    string // acquisitions of this item ever: the fencing token (default "lockFence")
 	Write    string // id of the last write made under a lease, to settle ambiguous writes (default "lockWrite")
+
+	// The fair queue (left empty, each takes its default).
+	Serving string // ticket allowed in (default "lockServing"); Fence is the last ticket issued
+	Ticket  string // the ticket the holder attributes belong to (default "lockTicket")
+	Waiters string // map of waiter id → ticket − 1, one short entry per waiting ticket (default "lockWaiters")
 }
 
 // DefaultItemAttributes are the attribute names used unless WithItemAttributes says otherwise.
 var DefaultItemAttributes = ItemAttributes{
 	LockedBy: "lockedBy", LockTime: "lockTime", Owner: "lockOwner", Until: "lockUntil",
 	LeaseMs: "lockLeaseMs", Rev: "lockRev", Fence: "lockFence", Write: "lockWrite",
+	Serving: "lockServing", Ticket: "lockTicket", Waiters: "lockWaiters",
 }
 
 func (a ItemAttributes) all() []string {
-	return []string{a.LockedBy, a.LockTime, a.Owner, a.Until, a.LeaseMs, a.Rev, a.Fence, a.Write}
+	return []string{a.LockedBy, a.LockTime, a.Owner, a.Until, a.LeaseMs, a.Rev, a.Fence, a.Write, a.Serving, a.Ticket, a.Waiters}
+}
+
+// withDefaults fills the queue's names left empty (ItemAttributes written before the
+// queue existed name only the first eight).
+func (a ItemAttributes) withDefaults() ItemAttributes {
+	d := DefaultItemAttributes
+	if a.Serving == "" {
+		a.Serving = d.Serving
+	}
+	if a.Ticket == "" {
+		a.Ticket = d.Ticket
+	}
+	if a.Waiters == "" {
+		a.Waiters = d.Waiters
+	}
+	return a
 }
 
 // WithItemAttributes renames an ItemLocker's lock attributes. Every name must be
-// non-empty and distinct. Other strategies refuse it.
+// non-empty and distinct; Serving, Ticket and Waiters left empty take their defaults.
+// Other strategies refuse it.
 func WithItemAttributes(a ItemAttributes) Option {
 	return func(c *config) error {
 		c.only("itemAttributes", StrategyItem)
+		a = a.withDefaults()
 		seen := map[string]bool{}
 		for _, n := range a.all() {
 			if err := validateAttrName("itemAttributes", n); err != nil {
@@ -65,14 +89,102 @@ func RequireItem() Option {
 // ItemLocker implements the locking read: the lock lives in attributes of the data item
 // itself. Acquire locks the item and returns its current contents in one UpdateItem
 // (ReturnValues ALL_NEW); UpdateAndRelease writes the caller's changes and unlocks in one
-// more, conditioned on the lease. Two calls per critical section, and the write is
-// self-fencing: it cannot land once another client has taken the lock.
+// more, conditioned on the lease. Two calls per uncontended critical section, and the
+// write is self-fencing: it cannot land once another client holds the item.
+//
+// It is fair: waiters enter strictly in the order they took their tickets, from a ticket
+// lock kept on the item (as TicketLock keeps one on its lock row).
+//
+// Attributes (names configurable with WithItemAttributes):
+//
+//	lockFence     last ticket issued (so the fencing token: acquisitions of the item)
+//	lockServing   ticket allowed in
+//	lockWaiters   map of waiter id (8 characters) → ticket − 1, one entry per waiting
+//	              ticket, written by the update that issued it
+//	lockedBy      the served ticket's holder: its lease id, or "~N" while ticket N has
+//	              been handed over and its waiter has not written its lease id yet;
+//	              absent when nobody holds the item
+//	lockTicket    the ticket lockedBy belongs to
+//	lockOwner, lockUntil, lockTime, lockLeaseMs   the holder's owner name, wall-clock
+//	              lease end, last acquisition or renewal, lease duration
+//	lockRev       bumps on every acquisition, handoff, skip and heartbeat
+//	lockWrite     id of the last write, to settle ambiguous writes (the write chain)
+//
+// Protocol:
+//
+//	take (free)   one UpdateItem if nobody holds or waits: ADD lockFence 1, serving = the
+//	              new ticket, lockedBy = our lease id, …; ALL_NEW is the item: held and
+//	              read in one call.
+//	take (queue)  one UpdateItem if the item is busy: ADD lockFence 1 and our entry
+//	              (lockWaiters.<id> = old lockFence). Each form fails its condition when
+//	              the other applies; the item returned with the failure says which, and
+//	              a client that found the item busy lately starts with the queue form.
+//	wait          GetItem polls timed by queue position and pace (reusing TicketLock's
+//	              pacer), until serving = our ticket and lockedBy = "~<ticket>": that
+//	              read is the item as the previous holder's write-and-release left it.
+//	              The next in line reads strongly consistently; waiters further back
+//	              eventually consistently (half an RCU), confirming anything that would
+//	              move them with a consistent read, and only consistent reads count for
+//	              the validity below.
+//	release       serving = ticket + 1 and lockedBy = "~<ticket+1>" if tickets were
+//	              issued after ours, else (lockFence = ticket) the holder attributes go;
+//	              with UpdateAndRelease, together with the caller's update (one call).
+//	write         Update and every heartbeat write our lease id into lockedBy (and drop
+//	              our entry): a handed-over lease is then held like one taken free.
+//
+// Every write of a holder is conditioned on owning the item: lockedBy = its lease id and
+// lockOwner = its owner name, or — before it wrote its lease id — serving = its ticket,
+// lockedBy = "~<ticket>" and its own entry present. Nobody can thus release, renew or
+// overwrite another owner's lease, and a write cannot land once serving moved on.
+//
+// Validity. A waiter whose ticket comes up counts its lease from the send time of its
+// last read that still showed an earlier ticket served, for no longer than the lease the
+// handoff wrote (lockLeaseMs). That read was processed before the write that served our
+// ticket, so before any other client can have seen the new (serving, rev, lockedBy). A
+// served ticket is skipped only (a) at once when its waiter withdrew (no entry) or its
+// holder attributes were removed by a write that left serving alone (a caller's own
+// transaction unlocking the item as the shop's order decision does: that write is
+// conditioned on the lease id, so it is the holder's own release), or (b) after the
+// skipper saw the same (serving, rev, lockedBy) for that lease on its own monotonic
+// clock, or (c) in the wall-clock mode, when lockTicket = serving and lockUntil + skew
+// lies in the past by the skipper's clock (every handoff, skip, claim and heartbeat
+// writes lockUntil for the ticket it serves, and a handed-over lease never counts past
+// it). Every skip is conditioned on the item being as observed. No claim write is needed
+// to enter: two calls per critical section under contention too, plus the polls.
+//
+// A ticket whose waiter gave up is withdrawn (its entry removed, or, when the take's
+// outcome was unknown, a tombstone that makes a late take fail); a served ticket without
+// an entry is skipped at once. A take whose response was lost is settled by re-reading
+// the item (our lease id in lockedBy, or our entry), as is every write (the write chain)
+// and a release (its write id, or serving moved past our ticket while our lease was
+// valid — nobody else can move it then).
+//
+// Rolling deploys. Clients of the previous release take the item with a conditional
+// write on attribute_not_exists(lockedBy) (or a stale or expired lockedBy) and release it
+// by removing lockedBy. This protocol keeps lockedBy present whenever any ticket is
+// served — our lease id, or the "~N" marker of a handoff — and removes it only when the
+// item is free (no ticket issued after the released one), so an old client can take the
+// item only when a new one could take it free; new clients' heartbeats and handoffs bump
+// lockRev and refresh lockUntil, so an old client's takeover rules see them alive.
+// Conversely, an old client's take increments lockFence like a ticket and writes its
+// lease id into lockedBy: new clients see that ticket served with a holder that is not
+// theirs, and wait until lockedBy is removed (then skip it at once) or stays unchanged
+// for its lease. Both protocols condition every holder write on lockedBy, so neither can
+// write under the other's lease.
+//
+// Takeover: ObserveTakeover (default) and WallClockTakeover(skew) as in (b) and (c).
+// A take whose response is lost and that lands after its client gave up and re-read is
+// released by that client when it can see it; one that lands later still holds the item
+// without a heartbeat and is skipped after a lease.
 type ItemLocker struct {
 	db          DynamoDB
 	table       string
 	cfg         *config
 	attrs       ItemAttributes
 	requireItem bool
+
+	pacing pacing   // per item: this client's hold times, the queue's pace
+	busy   itemBusy // per item: when this client last found it busy
 }
 
 // NewItemLocker returns an ItemLocker on table, a table of the caller's. Besides the
@@ -95,6 +207,7 @@ type ItemLease struct {
 	locker *ItemLocker
 	item   item
 	ikey   item
+	hold   *itemHold
 	chain  writeChain
 }
 
@@ -129,8 +242,8 @@ func (l *ItemLease) write(ctx context.Context, update expression.UpdateBuilder, 
 	return l.locker.write(ctx, l, update, c, release)
 }
 
-// Token returns the fencing token of this acquisition: the number of acquisitions the item
-// has seen, kept in its Fence attribute. Tokens strictly increase for as long as the item
+// Token returns the fencing token of this acquisition: its ticket, the number of tickets
+// the item has issued, kept in its Fence attribute. Tokens strictly increase for as long as the item
 // exists. Deleting the item deletes the counter: the next acquisition starts again at 1,
 // so a token of the locking read orders the writes of one item's life only. The locking
 // read needs no token for its own writes (they are conditioned on the lease itself); use
@@ -165,22 +278,48 @@ func (il *ItemLocker) Acquire(ctx context.Context, key map[string]types.Attribut
 		il.cfg.acquired(ctx, StrategyItem, label, "", t0, st, l, err)
 	}()
 	leaseID := newLeaseID(il.cfg.owner)
-	got, start, err := il.cfg.acquireItem(ctx, label, il.table+"\x00"+label, ac.wait, &st,
-		func(ctx context.Context, stale *Holder) (item, *Holder, bool, error) {
-			return il.attempt(ctx, key, leaseID, ac.lease, stale)
-		},
-		func(_ item, stale *Holder) bool { return stale != nil },
-		func() { il.abandon(ctx, key, leaseID) })
-	if err != nil {
-		return nil, err
+	for {
+		h := &itemHold{il: il, key: key, label: label, wid: newWaiterID()}
+		tr, err := il.take(ctx, h, leaseID, ac, t0)
+		if err != nil {
+			if errors.Is(err, ErrLockHeld) {
+				st.contended = true
+			}
+			return nil, err
+		}
+		wr := waitResult{st: tr.st, claimed: true, start: tr.sent, lease: ac.lease}
+		if !tr.claimed {
+			st.contended = true
+			wr, err = il.wait(ctx, h, leaseID, tr, ac, t0)
+			st.takeover = st.takeover || h.skippedStalled
+			if errors.Is(err, errTicketSkipped) {
+				continue // our ticket was skipped while we were away: queue again
+			}
+			if err != nil {
+				return nil, err
+			}
+		}
+		h.next = wr.st.next
+		l := newLease(h, il.cfg, ac.lease, label, "", leaseID, Fence(h.ticket), wr.start)
+		l.ikey = key
+		lease = &ItemLease{Lease: l, locker: il, item: il.strip(wr.st.it, key), ikey: key, hold: h,
+			chain: writeChain{known: true, last: wr.st.write}}
+		if l.Remaining() < ac.lease/2 {
+			// Much of a handed-over lease went by unnoticed: claim it now.
+			if err := l.Renew(ctx); err != nil {
+				if errors.Is(err, ErrLeaseLost) {
+					continue
+				}
+				rctx, cancel := detached(ctx)
+				_ = l.Release(rctx)
+				cancel()
+				return nil, err
+			}
+		}
+		h.since = il.cfg.clock.Now()
+		l.startHeartbeat(ctx, ac.heartbeat)
+		return lease, nil
 	}
-	fence, _ := attrN(got, il.attrs.Fence)
-	l := newLease(il, il.cfg, ac.lease, label, "", leaseID, Fence(fence), start)
-	l.ikey = key
-	il2 := &ItemLease{Lease: l, locker: il, item: il.strip(got, key), ikey: key,
-		chain: writeChain{known: true, last: attrS(got, il.attrs.Write)}}
-	l.startHeartbeat(ctx, ac.heartbeat)
-	return il2, nil
 }
 
 // TryAcquire is Acquire with NoWait.
@@ -240,71 +379,6 @@ func keyLabel(key item) string {
 	return label
 }
 
-func (il *ItemLocker) attempt(ctx context.Context, key item, leaseID string, lease time.Duration, stale *Holder) (won item, holder *Holder, ambiguous bool, err error) {
-	a := il.attrs
-	now := il.cfg.clock.Now()
-	until := now.Add(lease)
-	free := expression.AttributeNotExists(name(a.LockedBy))
-	if il.cfg.takeover.wallClock {
-		free = expression.Or(free, expression.LessThan(name(a.Until), value(now.Add(-il.cfg.takeover.skew).UnixMilli())))
-	}
-	if stale != nil {
-		free = expression.Or(free, expression.And(
-			expression.Equal(name(a.LockedBy), value(stale.LeaseID)),
-			expression.Equal(name(a.Rev), value(stale.Rev))))
-	}
-	cond := free
-	if il.requireItem {
-		cond = expression.And(expression.AttributeExists(name(anyKeyName(key))), free)
-	}
-	upd := expression.Set(name(a.LockedBy), value(leaseID)).
-		Set(name(a.Owner), value(il.cfg.owner)).
-		Set(name(a.LockTime), value(now.UnixMilli())).
-		Set(name(a.Until), value(until.UnixMilli())).
-		Set(name(a.LeaseMs), value(lease.Milliseconds())).
-		Add(name(a.Rev), value(1)).
-		Add(name(a.Fence), value(1))
-	e := expr(expression.NewBuilder().WithCondition(cond).WithUpdate(upd))
-	out, err := il.db.UpdateItem(ctx, conditionalUpdate(il.table, key, e, types.ReturnValueAllNew), noSDKRetry)
-	if err == nil {
-		return out.Attributes, nil, false, nil
-	}
-	switch classify(err) {
-	case errCondition:
-		old, ok := conditionOld(err)
-		if !ok {
-			if old, err = il.read(ctx, key); err != nil {
-				return nil, nil, false, nil
-			}
-		}
-		if old == nil && il.requireItem {
-			return nil, nil, false, fmt.Errorf("%w: %s in %s", ErrItemNotFound, keyLabel(key), il.table)
-		}
-		if attrS(old, a.LockedBy) == leaseID {
-			return old, nil, false, nil
-		}
-		return nil, il.holderOf(old), false, nil
-	case errRetryable:
-		return nil, nil, false, nil
-	case errAmbiguous:
-		rctx, cancel := detached(ctx)
-		defer cancel()
-		cur, rerr := il.read(rctx, key)
-		if rerr != nil {
-			return nil, nil, true, nil
-		}
-		if attrS(cur, a.LockedBy) == leaseID {
-			return cur, nil, false, nil
-		}
-		if ctx.Err() != nil {
-			return nil, nil, true, ctx.Err()
-		}
-		return nil, il.holderOf(cur), true, nil
-	default:
-		return nil, nil, false, fmt.Errorf("lockcore: lock item %s: %w", keyLabel(key), err)
-	}
-}
-
 func anyKeyName(key item) string { return sortedKeys(key)[0] }
 
 func (il *ItemLocker) holderOf(it item) *Holder {
@@ -353,19 +427,6 @@ func (il *ItemLocker) isLockAttr(k string) bool {
 
 func (il *ItemLocker) read(ctx context.Context, key item) (item, error) {
 	return readItem(ctx, il.db, il.table, key)
-}
-
-func (il *ItemLocker) abandon(ctx context.Context, key item, leaseID string) {
-	ctx, cancel := detached(ctx)
-	defer cancel()
-	l := &Lease{key: keyLabel(key), id: leaseID, owner: il.cfg.owner, clock: il.cfg.clock, ikey: key}
-	_ = il.release(ctx, l)
-}
-
-func (il *ItemLocker) ownedBy(l *Lease) expression.ConditionBuilder {
-	return expression.And(
-		expression.Equal(name(il.attrs.LockedBy), value(l.id)),
-		expression.Equal(name(il.attrs.Owner), value(l.owner)))
 }
 
 func (il *ItemLocker) unlock(u expression.UpdateBuilder) expression.UpdateBuilder {
@@ -454,6 +515,10 @@ func (il *ItemLocker) write(ctx context.Context, lease *ItemLease, update expres
 		return nil, invalidOption("lease", "must not be nil")
 	}
 	l := lease.Lease
+	h := lease.hold
+	if h == nil {
+		return nil, invalidOption("lease", "must be a lease returned by ItemLocker.Acquire or Attach")
+	}
 	w := &lease.chain
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -467,15 +532,20 @@ func (il *ItemLocker) write(ctx context.Context, lease *ItemLease, update expres
 	if err := l.Err(); err != nil {
 		return nil, err
 	}
+	if release {
+		h.learnTicket(ctx, l)
+	}
 	// Every write carries a fresh id in the Write attribute: after an ambiguous failure
 	// the item itself says whether this write landed.
-	writeID := randomHex(16)
-	u := cloneUpdate(update).Set(name(il.attrs.Write), value(writeID))
-	if release {
-		u = il.unlock(u)
-	}
+	writeID := randomHex(8)
+	base := cloneUpdate(update).Set(name(il.attrs.Write), value(writeID))
+	handoff := h.handsOver()
 	landed := func(it item) (item, error) {
 		w.known, w.last, w.pending = true, writeID, nil
+		h.entry = false
+		if n, ok := attrN(it, il.attrs.Fence); ok {
+			h.next = n
+		}
 		if release {
 			l.finish(nil)
 		}
@@ -492,9 +562,20 @@ func (il *ItemLocker) write(ctx context.Context, lease *ItemLease, update expres
 		return fmt.Errorf("lockcore: %s %s: %w", op, l.key, err)
 	}
 	bo := backoff{base: il.cfg.backoffBase, cap: il.cfg.backoffCap}
-	adopted := 0
+	adopted, flips := 0, 0
 	for {
-		c := expression.And(il.ownedBy(l), il.chainCondition(w, writeID))
+		c := expression.And(h.owns(l), il.chainCondition(w, writeID))
+		u := cloneUpdate(base)
+		switch {
+		case release && h.ticket > 0:
+			var fc expression.ConditionBuilder
+			u, fc = h.releaseUpdate(u, l, handoff)
+			c = expression.And(c, fc)
+		case release:
+			u = il.unlock(u) // a lease without a ticket (an old client's): just unlock
+		default:
+			u = h.claim(u, l)
+		}
 		if cond != nil {
 			c = expression.And(c, *cond)
 		}
@@ -518,6 +599,20 @@ func (il *ItemLocker) write(ctx context.Context, lease *ItemLease, update expres
 					return nil, fmt.Errorf("lockcore: %s %s: condition failed and re-read failed: %w", op, l.key, rerr)
 				}
 			}
+			if uncertain && release && h.passedOn(l, il.state(old, h.wid)) {
+				return landed(old) // an earlier attempt landed; the item may have moved on since
+			}
+			if release && h.ticket > 0 && flips < 4 && attrS(old, il.attrs.Write) != writeID && h.ownsState(l, il.state(old, h.wid)) {
+				// Still ours: perhaps the release form was wrong (tickets were issued
+				// after ours, or none were).
+				n, _ := attrN(old, il.attrs.Fence)
+				if (n > h.ticket) != handoff {
+					flips++
+					h.next = n
+					handoff = h.handsOver()
+					continue
+				}
+			}
 			ok, adopt, cerr := il.conflict(lease, old, op, writeID, uncertain)
 			switch {
 			case ok:
@@ -534,7 +629,7 @@ func (il *ItemLocker) write(ctx context.Context, lease *ItemLease, update expres
 			return nil, unknown(err)
 		case errAmbiguous:
 			uncertain = true
-			if cur, done, aerr := il.reread(ctx, lease, op, writeID, err); done {
+			if cur, done, aerr := il.reread(ctx, lease, op, writeID, release, err); done {
 				if aerr != nil {
 					return nil, aerr
 				}
@@ -552,7 +647,7 @@ func (il *ItemLocker) write(ctx context.Context, lease *ItemLease, update expres
 // write may have landed and been overwritten, or not: nobody can tell; the lease is
 // finished), not done when the item is still ours and unwritten (retrying the same write
 // is safe: its condition refuses a second landing) or the read failed.
-func (il *ItemLocker) reread(ctx context.Context, lease *ItemLease, op, writeID string, cause error) (item, bool, error) {
+func (il *ItemLocker) reread(ctx context.Context, lease *ItemLease, op, writeID string, release bool, cause error) (item, bool, error) {
 	l := lease.Lease
 	rctx, cancel := detached(ctx)
 	cur, err := il.read(rctx, lease.ikey)
@@ -562,7 +657,9 @@ func (il *ItemLocker) reread(ctx context.Context, lease *ItemLease, op, writeID 
 		return nil, false, nil
 	case attrS(cur, il.attrs.Write) == writeID:
 		return cur, true, nil
-	case attrS(cur, il.attrs.LockedBy) == l.id:
+	case release && lease.hold.passedOn(l, il.state(cur, lease.hold.wid)):
+		return cur, true, nil
+	case lease.hold.ownsState(l, il.state(cur, lease.hold.wid)):
 		return nil, false, nil
 	}
 	lerr := &LeaseError{Op: op, Key: l.key, LeaseID: l.id, Current: il.holderOf(cur),
@@ -582,7 +679,7 @@ func (il *ItemLocker) conflict(lease *ItemLease, old item, op, writeID string, u
 	if cur == writeID {
 		return true, "", nil
 	}
-	if attrS(old, il.attrs.LockedBy) == l.id && attrS(old, il.attrs.Owner) == l.owner {
+	if lease.hold.ownsState(l, il.state(old, lease.hold.wid)) {
 		if lease.chain.allows(cur) {
 			return false, "", fmt.Errorf("lockcore: %s %s: %w", op, l.key, ErrConditionFailed)
 		}
@@ -607,7 +704,9 @@ func (il *ItemLocker) classifyOld(op string, l *Lease, old item) error {
 }
 
 // Attach returns a handle on a lease acquired elsewhere on the item with key, so that
-// this client can release or renew it (owner-checked). Its Token is zero.
+// this client can release or renew it (owner-checked). Its Token is zero. The lease
+// must have written its lease id to the item (every acquisition that did not wait does
+// so at once, a handed-over one with its first write or heartbeat).
 func (il *ItemLocker) Attach(key map[string]types.AttributeValue, leaseID string) (*ItemLease, error) {
 	if err := il.validateKey(key); err != nil {
 		return nil, err
@@ -615,73 +714,9 @@ func (il *ItemLocker) Attach(key map[string]types.AttributeValue, leaseID string
 	if leaseID == "" {
 		return nil, invalidOption("leaseID", "must not be empty")
 	}
-	l := newLease(il, il.cfg, il.cfg.lease, keyLabel(key), "", leaseID, 0, il.cfg.clock.Now())
+	label := keyLabel(key)
+	h := &itemHold{il: il, key: key, label: label}
+	l := newLease(h, il.cfg, il.cfg.lease, label, "", leaseID, 0, il.cfg.clock.Now())
 	l.ikey = key
-	return &ItemLease{Lease: l, locker: il, ikey: key}, nil
-}
-
-// renew implements leaseOps.
-func (il *ItemLocker) renew(ctx context.Context, l *Lease) error {
-	bo := backoff{base: il.cfg.backoffBase, cap: il.cfg.backoffCap}
-	for {
-		now := il.cfg.clock.Now()
-		e := expr(expression.NewBuilder().WithCondition(il.ownedBy(l)).WithUpdate(
-			expression.Set(name(il.attrs.LockTime), value(now.UnixMilli())).
-				Set(name(il.attrs.Until), value(now.Add(l.duration).UnixMilli())).
-				Add(name(il.attrs.Rev), value(1))))
-		_, err := il.db.UpdateItem(ctx, conditionalUpdate(il.table, l.ikey, e, types.ReturnValueNone), noSDKRetry)
-		if err == nil {
-			return nil
-		}
-		switch classify(err) {
-		case errCondition:
-			old, ok := conditionOld(err)
-			if !ok {
-				old, _ = il.read(ctx, l.ikey)
-			}
-			return il.classifyOld("renew", l, old)
-		case errFatal:
-			return fmt.Errorf("lockcore: renew %s: %w", l.key, err)
-		}
-		if serr := sleep(ctx, bo.next()); serr != nil {
-			return fmt.Errorf("lockcore: renew %s: %w (last error: %v)", l.key, serr, err)
-		}
-	}
-}
-
-// release implements leaseOps: it removes the lock attributes, owner-checked.
-func (il *ItemLocker) release(ctx context.Context, l *Lease) error {
-	bo := backoff{base: il.cfg.backoffBase, cap: il.cfg.backoffCap}
-	releaseID := randomHex(16)
-	e := expr(expression.NewBuilder().WithCondition(il.ownedBy(l)).
-		WithUpdate(il.unlock(expression.Set(name(il.attrs.Write), value(releaseID)))))
-	uncertain := false
-	for {
-		_, err := il.db.UpdateItem(ctx, conditionalUpdate(il.table, l.ikey, e, types.ReturnValueNone), noSDKRetry)
-		if err == nil {
-			return nil
-		}
-		switch classify(err) {
-		case errCondition:
-			old, ok := conditionOld(err)
-			if !ok {
-				old, _ = il.read(ctx, l.ikey)
-			}
-			if attrS(old, il.attrs.Write) == releaseID {
-				return nil // our earlier attempt released it
-			}
-			lerr := il.classifyOld("release", l, old)
-			if uncertain && errors.Is(lerr, ErrLeaseLost) {
-				lerr = &LeaseError{Op: "release", Key: l.key, LeaseID: l.id, Current: il.holderOf(old), Err: errLostUnknown}
-			}
-			return lerr
-		case errFatal:
-			return fmt.Errorf("lockcore: release %s: %w", l.key, err)
-		case errAmbiguous:
-			uncertain = true
-		}
-		if serr := sleep(ctx, bo.next()); serr != nil {
-			return fmt.Errorf("lockcore: release %s: %w (last error: %v)", l.key, serr, err)
-		}
-	}
+	return &ItemLease{Lease: l, locker: il, ikey: key, hold: h}, nil
 }

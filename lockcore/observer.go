@@ -66,7 +66,7 @@ func leaseStrategy(ops leaseOps) Strategy {
 	switch ops.(type) {
 	case *Mutex:
 		return StrategyMutex
-	case *ItemLocker:
+	case *itemHold:
 		return StrategyItem
 	case *Queue:
 		return StrategyQueue

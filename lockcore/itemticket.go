@@ -1,0 +1,875 @@
+package lockcore
+
+import (
+	"context"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"crypto/rand"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/expression"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+)
+
+// The fair locking read: a ticket lock on the data item itself (see ItemLocker for the
+// protocol and its validity argument). This file holds the queue; itemlock.go the API,
+// the writes and the write chain.
+//
+// Much of it mirrors TicketLock (ticket.go): the take with its settling entry, the
+// tombstones, the paced polling and the skip rules. The two differ where the item
+// differs from a lock row: holder attributes (lockedBy and friends) that old clients
+// and callers' own transactions read, and a queue that must not grow the item much.
+
+// marker is the lockedBy value of a ticket handed over (by a release or a skip) whose
+// waiter has not written its lease id yet. It holds no '#', so it is never a lease id.
+func marker(ticket int64) string { return "~" + strconv.FormatInt(ticket, 10) }
+
+// newWaiterID returns the key of a waiter's entry in the Waiters map: 48 random bits
+// in 8 characters, short because every entry lives on the data item.
+func newWaiterID() string {
+	b := make([]byte, 6)
+	_, _ = rand.Read(b)
+	return base64.RawURLEncoding.EncodeToString(b)
+}
+
+// itemState is the queue and holder state of a data item.
+type itemState struct {
+	it         item
+	exists     bool
+	hasQueue   bool // the Waiters map exists
+	hasServing bool
+	hasRev     bool
+	next       int64 // Fence: last ticket issued
+	serving    int64
+	ticket     int64 // the ticket the holder attributes belong to
+	rev        int64
+	leaseMs    int64
+	until      int64
+	lockedBy   string
+	owner      string
+	write      string
+	waiters    map[int64]string // ticket → waiter id
+	tombs      map[string]int64 // waiter id → ms: withdrawn before issued
+	ownTicket  int64            // ticket of the entry asked about
+	ownEntry   bool
+}
+
+func (il *ItemLocker) state(it item, wid string) itemState {
+	a := il.attrs
+	st := itemState{it: it, exists: it != nil, waiters: map[int64]string{}, tombs: map[string]int64{}}
+	st.next, _ = attrN(it, a.Fence)
+	st.serving, st.hasServing = attrN(it, a.Serving)
+	st.ticket, _ = attrN(it, a.Ticket)
+	st.rev, st.hasRev = attrN(it, a.Rev)
+	st.leaseMs, _ = attrN(it, a.LeaseMs)
+	st.until, _ = attrN(it, a.Until)
+	st.lockedBy, st.owner, st.write = attrS(it, a.LockedBy), attrS(it, a.Owner), attrS(it, a.Write)
+	if m, ok := it[a.Waiters].(*types.AttributeValueMemberM); ok {
+		st.hasQueue = true
+		for k, v := range m.Value {
+			switch x := v.(type) {
+			case *types.AttributeValueMemberN:
+				t, err := strconv.ParseInt(x.Value, 10, 64)
+				if err != nil {
+					continue
+				}
+				st.waiters[t+1] = k
+				if k == wid {
+					st.ownTicket, st.ownEntry = t+1, true
+				}
+			case *types.AttributeValueMemberS:
+				if ts, ok := strings.CutPrefix(x.Value, tombPrefix); ok {
+					ms, _ := strconv.ParseInt(ts, 10, 64)
+					st.tombs[k] = ms
+				}
+			}
+		}
+	}
+	return st
+}
+
+// served says what the served ticket is.
+type servedKind int
+
+const (
+	servedFree servedKind = iota // nobody holds or waits
+	servedGone                   // released by a write that left serving alone, or withdrawn: skip at once
+	servedLive                   // a holder (ours, an old client's, or handed over): skip only when stalled
+)
+
+func (st itemState) served() servedKind {
+	if st.lockedBy == "" {
+		if !st.hasServing || st.serving > st.next {
+			return servedFree
+		}
+		return servedGone
+	}
+	if st.lockedBy == marker(st.serving) {
+		if _, ok := st.waiters[st.serving]; !ok {
+			return servedGone
+		}
+	}
+	return servedLive
+}
+
+func (st itemState) oldTombs(now time.Time) []string {
+	var old []string
+	for k, ms := range st.tombs {
+		if now.Sub(time.UnixMilli(ms)) > tombLife && len(old) < maxTombGC {
+			old = append(old, k)
+		}
+	}
+	return old
+}
+
+// holder describes the served ticket for errors and observers.
+func (il *ItemLocker) stateHolder(st itemState) *Holder {
+	if st.lockedBy == "" {
+		return nil
+	}
+	h := &Holder{Owner: st.owner, LeaseID: st.lockedBy, Rev: st.rev,
+		Lease: time.Duration(st.leaseMs) * time.Millisecond, Token: Fence(st.ticket)}
+	if st.until > 0 {
+		h.Until = time.UnixMilli(st.until)
+	}
+	if st.hasServing {
+		h.Token = Fence(st.serving)
+	}
+	return h
+}
+
+// itemHold is one acquisition of an item: the leaseOps of its Lease.
+type itemHold struct {
+	il     *ItemLocker
+	key    item
+	label  string
+	ticket int64  // 0: unknown (an attached lease)
+	wid    string // our entry in the Waiters map ("" for a claim take: none)
+	entry  bool   // our entry may still exist
+	next   int64  // Fence as last seen: tickets issued after ours mean waiters
+	gc     []string
+	since  time.Time
+
+	skippedStalled bool
+}
+
+func (il *ItemLocker) waiterPath(wid string) expression.NameBuilder {
+	return name(il.attrs.Waiters + "." + wid)
+}
+
+// freeCond holds when nobody holds or waits for the item: no holder attributes, and no
+// ticket outstanding beyond the served one (which then was released by a write that left
+// serving alone, as a caller's own transaction does).
+func (il *ItemLocker) freeCond() expression.ConditionBuilder {
+	a := il.attrs
+	return expression.And(expression.AttributeNotExists(name(a.LockedBy)),
+		expression.Or(expression.AttributeNotExists(name(a.Serving)),
+			expression.GreaterThanEqual(name(a.Serving), name(a.Fence))))
+}
+
+// owns is the condition that the lease still holds the item: its lease id is in
+// lockedBy (claimed), or its ticket is served, handed over to it and not withdrawn.
+func (h *itemHold) owns(l *Lease) expression.ConditionBuilder {
+	a := h.il.attrs
+	claimed := expression.And(
+		expression.Equal(name(a.LockedBy), value(l.id)),
+		expression.Equal(name(a.Owner), value(l.owner)))
+	if h.ticket == 0 || h.wid == "" {
+		return claimed
+	}
+	return expression.Or(claimed, expression.And(
+		expression.Equal(name(a.Serving), value(h.ticket)),
+		expression.Equal(name(a.LockedBy), value(marker(h.ticket))),
+		expression.AttributeExists(h.il.waiterPath(h.wid))))
+}
+
+func (h *itemHold) ownsState(l *Lease, st itemState) bool {
+	if st.lockedBy == l.id && st.owner == l.owner {
+		return true
+	}
+	if h.ticket == 0 || h.wid == "" {
+		return false
+	}
+	_, entry := st.waiters[h.ticket]
+	return st.serving == h.ticket && st.lockedBy == marker(h.ticket) && entry && st.waiters[h.ticket] == h.wid
+}
+
+// claim writes the lease's identity into the holder attributes (and drops its entry).
+func (h *itemHold) claim(u expression.UpdateBuilder, l *Lease) expression.UpdateBuilder {
+	a := h.il.attrs
+	u = u.Set(name(a.LockedBy), value(l.id)).Set(name(a.Owner), value(l.owner))
+	if h.ticket > 0 {
+		u = u.Set(name(a.Ticket), value(h.ticket))
+	}
+	if h.wid != "" && h.entry {
+		u = u.Remove(h.il.waiterPath(h.wid))
+	}
+	return u
+}
+
+// handsOver tells which release form to try first: a handoff when tickets were issued
+// after ours, else a release that frees the item.
+func (h *itemHold) handsOver() bool { return h.ticket > 0 && h.next > h.ticket }
+
+// releaseUpdate adds the release to u: serving moves on, and the holder attributes
+// either name the next ticket (handoff: Fence > ticket) or go (free: Fence = ticket).
+// cond gets the matching condition on Fence.
+func (h *itemHold) releaseUpdate(u expression.UpdateBuilder, l *Lease, handoff bool) (expression.UpdateBuilder, expression.ConditionBuilder) {
+	a := h.il.attrs
+	t := h.ticket
+	now := h.il.cfg.clock.Now()
+	u = u.Set(name(a.Serving), value(t+1)).Add(name(a.Rev), value(1))
+	if h.wid != "" && h.entry {
+		u = u.Remove(h.il.waiterPath(h.wid))
+	}
+	for _, tomb := range h.gc {
+		u = u.Remove(h.il.waiterPath(tomb))
+	}
+	if handoff {
+		u = u.Set(name(a.LockedBy), value(marker(t+1))).Set(name(a.Ticket), value(t+1)).
+			Set(name(a.Until), value(now.Add(l.duration).UnixMilli())).
+			Set(name(a.LeaseMs), value(l.duration.Milliseconds())).
+			Remove(name(a.Owner)).Remove(name(a.LockTime))
+		return u, expression.GreaterThan(name(a.Fence), value(t))
+	}
+	u = u.Remove(name(a.LockedBy)).Remove(name(a.Owner)).Remove(name(a.Until)).
+		Remove(name(a.LockTime)).Remove(name(a.Ticket))
+	return u, expression.Equal(name(a.Fence), value(t))
+}
+
+// passedOn tells, after an attempt to release whose outcome is unknown, that it landed:
+// serving moved past our ticket while our lease was certainly valid. Nobody else can
+// move it then (a skip needs the ticket withdrawn, released, or silent for longer than
+// the validity counted), so it was our release — even when the next holder has already
+// overwritten the release's write id.
+func (h *itemHold) passedOn(l *Lease, st itemState) bool {
+	return h.ticket > 0 && st.exists && st.hasServing && st.serving > h.ticket && st.next >= h.ticket && l.Remaining() > 0
+}
+
+// learnTicket reads the ticket of an attached lease (claimed: its lease id is in
+// lockedBy). It leaves the hold unchanged when the item says nothing.
+func (h *itemHold) learnTicket(ctx context.Context, l *Lease) {
+	if h.ticket != 0 {
+		return
+	}
+	it, err := h.il.read(ctx, h.key)
+	if err != nil {
+		return
+	}
+	st := h.il.state(it, "")
+	if st.lockedBy == l.id && st.ticket > 0 {
+		h.ticket, h.next = st.ticket, st.next
+	}
+}
+
+// renew implements leaseOps: the heartbeat, which also claims a handed-over ticket.
+func (h *itemHold) renew(ctx context.Context, l *Lease) error {
+	il := h.il
+	a := il.attrs
+	bo := backoff{base: il.cfg.backoffBase, cap: il.cfg.backoffCap}
+	for {
+		now := il.cfg.clock.Now()
+		u := h.claim(expression.Set(name(a.LockTime), value(now.UnixMilli())), l).
+			Set(name(a.Until), value(now.Add(l.duration).UnixMilli())).
+			Set(name(a.LeaseMs), value(l.duration.Milliseconds())).
+			Add(name(a.Rev), value(1))
+		e := expr(expression.NewBuilder().WithCondition(h.owns(l)).WithUpdate(u))
+		out, err := il.db.UpdateItem(ctx, conditionalUpdate(il.table, h.key, e, types.ReturnValueAllNew), noSDKRetry)
+		if err == nil {
+			h.entry = false
+			h.next, _ = attrN(out.Attributes, a.Fence)
+			return nil
+		}
+		switch classify(err) {
+		case errCondition:
+			old, ok := conditionOld(err)
+			if !ok {
+				old, _ = il.read(ctx, h.key)
+			}
+			return il.classifyOld("renew", l, old)
+		case errFatal:
+			return fmt.Errorf("lockcore: renew %s: %w", l.key, err)
+		}
+		if serr := sleep(ctx, bo.next()); serr != nil {
+			return fmt.Errorf("lockcore: renew %s: %w (last error: %v)", l.key, serr, err)
+		}
+	}
+}
+
+// release implements leaseOps: it passes the item on to the next ticket, or frees it.
+func (h *itemHold) release(ctx context.Context, l *Lease) error {
+	il := h.il
+	if !h.since.IsZero() {
+		il.pacing.held(il.pacingKey(h.label), il.cfg.clock.Now().Sub(h.since))
+	}
+	h.learnTicket(ctx, l)
+	bo := backoff{base: il.cfg.backoffBase, cap: il.cfg.backoffCap}
+	releaseID := randomHex(8)
+	handoff := h.handsOver()
+	uncertain := false
+	flips := 0
+	for {
+		var u expression.UpdateBuilder
+		cond := h.owns(l)
+		u = expression.Set(name(il.attrs.Write), value(releaseID))
+		if h.ticket > 0 {
+			var fc expression.ConditionBuilder
+			u, fc = h.releaseUpdate(u, l, handoff)
+			cond = expression.And(cond, fc)
+		} else {
+			u = il.unlock(u) // a lease of an old client's making: no ticket to pass on
+		}
+		e := expr(expression.NewBuilder().WithCondition(cond).WithUpdate(u))
+		_, err := il.db.UpdateItem(ctx, conditionalUpdate(il.table, h.key, e, types.ReturnValueNone), noSDKRetry)
+		if err == nil {
+			return nil
+		}
+		switch classify(err) {
+		case errCondition:
+			old, ok := conditionOld(err)
+			if !ok {
+				old, _ = il.read(ctx, h.key)
+			}
+			st := il.state(old, h.wid)
+			if st.write == releaseID || (uncertain && h.passedOn(l, st)) {
+				return nil // our earlier attempt released it
+			}
+			if h.ownsState(l, st) && flips < 4 {
+				flips++
+				h.next = st.next
+				handoff = h.handsOver()
+				continue
+			}
+			lerr := il.classifyOld("release", l, old)
+			if uncertain && errors.Is(lerr, ErrLeaseLost) {
+				lerr = &LeaseError{Op: "release", Key: l.key, LeaseID: l.id, Current: il.holderOf(old), Err: errLostUnknown}
+			}
+			return lerr
+		case errFatal:
+			return fmt.Errorf("lockcore: release %s: %w", l.key, err)
+		case errAmbiguous:
+			uncertain = true
+		}
+		if serr := sleep(ctx, bo.next()); serr != nil {
+			return fmt.Errorf("lockcore: release %s: %w (last error: %v)", l.key, serr, err)
+		}
+	}
+}
+
+// itemBusy remembers, per item, when this client last found it busy: a take then joins
+// the queue at once instead of first trying to take a free item (which would fail and
+// cost a write). Forgetting is always safe.
+type itemBusy struct {
+	mu sync.Mutex
+	m  map[string]time.Time
+}
+
+func (b *itemBusy) recent(key string, now time.Time, within time.Duration) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	t, ok := b.m[key]
+	return ok && now.Sub(t) < within
+}
+
+func (b *itemBusy) set(key string, now time.Time, busy bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.m == nil {
+		b.m = make(map[string]time.Time)
+	}
+	if busy {
+		boundedStore(b.m, key, now)
+	} else {
+		delete(b.m, key)
+	}
+}
+
+func (il *ItemLocker) pacingKey(label string) string { return il.table + "\x00" + label }
+
+var emptyMap = &types.AttributeValueMemberM{Value: map[string]types.AttributeValue{}}
+
+// takeResult is what a take learnt: the item as the take left it, and whether the take
+// made us the holder at once (a claim take).
+type takeResult struct {
+	st      itemState
+	claimed bool
+	sent    time.Time // send time of the first request that may have issued the ticket
+}
+
+// take issues a ticket: a claim take when the item is free (it takes the lock and its
+// ticket in one write, with our lease id in lockedBy), else a queue take (a ticket and
+// our entry). Each fails its condition when the other applies; the item's ALL_OLD then
+// tells which, so a wrong guess costs one refused write.
+func (il *ItemLocker) take(ctx context.Context, h *itemHold, leaseID string, ac *acquireConfig, start time.Time) (_ takeResult, retErr error) {
+	a := il.attrs
+	pk := il.pacingKey(h.label)
+	nowait := noWait(ac.wait)
+	claimForm := nowait || !il.busy.recent(pk, il.cfg.clock.Now(), 2*ac.lease)
+	bo := backoff{base: il.cfg.backoffBase, cap: il.cfg.backoffCap}
+	var first time.Time
+	uncertainClaim, uncertainQueue := false, false
+	var last itemState
+	defer func() {
+		if retErr != nil && (uncertainClaim || uncertainQueue) {
+			il.withdrawUnknown(ctx, h, leaseID, uncertainQueue)
+		}
+	}()
+	for tries := 0; ; tries++ {
+		now := il.cfg.clock.Now()
+		var e expression.Expression
+		if claimForm {
+			cond := il.freeCond()
+			if il.requireItem {
+				cond = expression.And(expression.AttributeExists(name(anyKeyName(h.key))), cond)
+			}
+			tk := expression.Plus(expression.IfNotExists(name(a.Fence), value(0)), value(1))
+			upd := expression.Add(name(a.Fence), value(1)).
+				Set(name(a.Serving), tk).Set(name(a.Ticket), tk).
+				Set(name(a.LockedBy), value(leaseID)).
+				Set(name(a.Owner), value(il.cfg.owner)).
+				Set(name(a.LockTime), value(now.UnixMilli())).
+				Set(name(a.Until), value(now.Add(ac.lease).UnixMilli())).
+				Set(name(a.LeaseMs), value(ac.lease.Milliseconds())).
+				Add(name(a.Rev), value(1)).
+				Set(name(a.Waiters), expression.IfNotExists(name(a.Waiters), value(emptyMap)))
+			e = expr(expression.NewBuilder().WithCondition(cond).WithUpdate(upd))
+		} else {
+			cond := expression.And(
+				expression.AttributeExists(name(a.Waiters)),
+				expression.AttributeNotExists(il.waiterPath(h.wid)),
+				expression.Not(il.freeCond()))
+			upd := expression.Add(name(a.Fence), value(1)).
+				Set(il.waiterPath(h.wid), expression.IfNotExists(name(a.Fence), value(0)))
+			e = expr(expression.NewBuilder().WithCondition(cond).WithUpdate(upd))
+		}
+		if first.IsZero() {
+			first = now
+		}
+		out, err := il.db.UpdateItem(ctx, conditionalUpdate(il.table, h.key, e, types.ReturnValueAllNew), noSDKRetry)
+		if err == nil {
+			il.cfg.observeServer(out.ResultMetadata)
+			st := il.state(out.Attributes, h.wid)
+			if claimForm {
+				h.ticket, h.wid, h.entry = st.ticket, "", false
+				il.busy.set(pk, now, false)
+				return takeResult{st: st, claimed: true, sent: first}, nil
+			}
+			h.ticket, h.entry = st.ownTicket, true
+			h.gc = st.oldTombs(now)
+			il.busy.set(pk, now, true)
+			return takeResult{st: st, sent: first}, nil
+		}
+		switch classify(err) {
+		case errCondition:
+			old, ok := conditionOld(err)
+			if !ok {
+				if old, err = il.read(ctx, h.key); err != nil {
+					return takeResult{}, fmt.Errorf("lockcore: lock item %s: %w", h.label, err)
+				}
+			}
+			st := il.state(old, h.wid)
+			last = st
+			switch {
+			case uncertainClaim && st.lockedBy == leaseID:
+				h.ticket, h.wid, h.entry = st.ticket, "", false
+				return takeResult{st: st, claimed: true, sent: first}, nil
+			case st.ownEntry && uncertainQueue:
+				h.ticket, h.entry = st.ownTicket, true
+				h.gc = st.oldTombs(now)
+				return takeResult{st: st, sent: first}, nil
+			case st.ownEntry, st.tombs[h.wid] != 0:
+				h.wid = newWaiterID() // another waiter's id (48 random bits: rare)
+				continue
+			case old == nil && il.requireItem:
+				return takeResult{}, fmt.Errorf("%w: %s in %s", ErrItemNotFound, h.label, il.table)
+			}
+			kind := st.served()
+			if nowait {
+				if kind == servedGone && tries < 8 && il.skip(ctx, h, st, "", ac.lease, 0) {
+					continue
+				}
+				if kind == servedFree && tries < 8 {
+					continue // freed meanwhile
+				}
+				il.busy.set(pk, now, true)
+				return takeResult{}, &HeldError{Key: h.label, Holder: il.stateHolder(st), Waited: il.cfg.clock.Now().Sub(start)}
+			}
+			switch {
+			case !st.hasQueue && kind != servedFree:
+				// An item without a queue held by a client of the previous release (or a
+				// caller's own lockedBy): give it one, the holder's ticket served.
+				il.initQueue(ctx, h, st)
+				claimForm = false
+			case claimForm:
+				il.busy.set(pk, now, true)
+				claimForm = false
+			default:
+				claimForm = kind == servedFree
+			}
+			if tries > 50 {
+				return takeResult{}, fmt.Errorf("lockcore: lock item %s: the item keeps changing under the take", h.label)
+			}
+			continue
+		case errFatal:
+			return takeResult{}, fmt.Errorf("lockcore: lock item %s: %w", h.label, err)
+		case errAmbiguous:
+			if claimForm {
+				uncertainClaim = true
+			} else {
+				uncertainQueue = true
+			}
+			// Re-read before retrying: the item says whether the take landed.
+			rctx, cancel := detached(ctx)
+			cur, rerr := il.read(rctx, h.key)
+			cancel()
+			if rerr == nil {
+				st := il.state(cur, h.wid)
+				switch {
+				case claimForm && st.lockedBy == leaseID:
+					h.ticket, h.wid, h.entry = st.ticket, "", false
+					return takeResult{st: st, claimed: true, sent: first}, nil
+				case !claimForm && st.ownEntry:
+					h.ticket, h.entry = st.ownTicket, true
+					h.gc = st.oldTombs(now)
+					return takeResult{st: st, sent: first}, nil
+				}
+				last = st
+			}
+			if ctx.Err() != nil {
+				return takeResult{}, &HeldError{Key: h.label, Holder: il.stateHolder(last), Waited: il.cfg.clock.Now().Sub(start), Cause: ctx.Err()}
+			}
+		}
+		if serr := sleep(ctx, bo.next()); serr != nil {
+			return takeResult{}, &HeldError{Key: h.label, Holder: il.stateHolder(last), Waited: il.cfg.clock.Now().Sub(start), Cause: serr}
+		}
+	}
+}
+
+// initQueue gives an item held under the previous release's protocol (lockedBy, no
+// queue) an empty Waiters map, its serving counter at the holder's ticket (Fence, which
+// that protocol's take also increments).
+func (il *ItemLocker) initQueue(ctx context.Context, h *itemHold, st itemState) {
+	a := il.attrs
+	cond := expression.AttributeNotExists(name(a.Waiters))
+	upd := expression.Set(name(a.Waiters), value(emptyMap))
+	if !st.hasServing {
+		upd = upd.Set(name(a.Serving), expression.IfNotExists(name(a.Fence), value(0)))
+	}
+	e := expr(expression.NewBuilder().WithCondition(cond).WithUpdate(upd))
+	_, _ = il.db.UpdateItem(ctx, conditionalUpdate(il.table, h.key, e, types.ReturnValueNone), noSDKRetry)
+}
+
+// skip moves serving past the served ticket, conditioned on the item being as observed
+// (serving, rev and lockedBy). The next ticket gets the holder attributes: ours when it
+// is our ticket (h with leaseID; a claim), else a handoff marker; with no next ticket
+// the item is freed. lease is the lease a handed-over ticket may count on.
+func (il *ItemLocker) skip(ctx context.Context, h *itemHold, st itemState, leaseID string, lease time.Duration, ticket int64) bool {
+	a := il.attrs
+	s := st.serving
+	now := il.cfg.clock.Now()
+	cond := expression.Equal(name(a.Serving), value(s))
+	if st.hasRev {
+		cond = expression.And(cond, expression.Equal(name(a.Rev), value(st.rev)))
+	} else {
+		cond = expression.And(cond, expression.AttributeNotExists(name(a.Rev)))
+	}
+	if st.lockedBy != "" {
+		cond = expression.And(cond, expression.Equal(name(a.LockedBy), value(st.lockedBy)))
+	} else {
+		cond = expression.And(cond, expression.AttributeNotExists(name(a.LockedBy)))
+	}
+	upd := expression.Set(name(a.Serving), value(s+1)).Add(name(a.Rev), value(1))
+	if w, ok := st.waiters[s]; ok {
+		upd = upd.Remove(il.waiterPath(w))
+	}
+	switch {
+	case ticket > 0 && s+1 == ticket:
+		upd = upd.Set(name(a.LockedBy), value(leaseID)).Set(name(a.Owner), value(il.cfg.owner)).
+			Set(name(a.Ticket), value(ticket)).
+			Set(name(a.LockTime), value(now.UnixMilli())).
+			Set(name(a.Until), value(now.Add(lease).UnixMilli())).
+			Set(name(a.LeaseMs), value(lease.Milliseconds())).
+			Remove(il.waiterPath(h.wid))
+	case s+1 <= st.next:
+		upd = upd.Set(name(a.LockedBy), value(marker(s+1))).Set(name(a.Ticket), value(s+1)).
+			Set(name(a.Until), value(now.Add(lease).UnixMilli())).
+			Set(name(a.LeaseMs), value(lease.Milliseconds())).
+			Remove(name(a.Owner)).Remove(name(a.LockTime))
+	default:
+		cond = expression.And(cond, expression.Equal(name(a.Fence), value(s)))
+		upd = upd.Remove(name(a.LockedBy)).Remove(name(a.Owner)).Remove(name(a.Until)).
+			Remove(name(a.LockTime)).Remove(name(a.Ticket))
+	}
+	e := expr(expression.NewBuilder().WithCondition(cond).WithUpdate(upd))
+	_, err := il.db.UpdateItem(ctx, conditionalUpdate(il.table, h.key, e, types.ReturnValueNone), noSDKRetry)
+	return err == nil
+}
+
+// readEventually reads the item with an eventually consistent GetItem.
+func (il *ItemLocker) readEventually(ctx context.Context, key item) (item, error) {
+	out, err := il.db.GetItem(ctx, &dynamodb.GetItemInput{TableName: aws.String(il.table), Key: key})
+	if err != nil {
+		return nil, err
+	}
+	return out.Item, nil
+}
+
+// waitResult is a wait that reached our turn.
+type waitResult struct {
+	st      itemState
+	claimed bool      // our own skip wrote our lease id
+	start   time.Time // start of the lease's validity
+	lease   time.Duration
+}
+
+// wait polls the item until our ticket is served (see ItemLocker for the rules).
+func (il *ItemLocker) wait(ctx context.Context, h *itemHold, leaseID string, tr takeResult, ac *acquireConfig, start time.Time) (waitResult, error) {
+	st := tr.st
+	lease := ac.lease
+	lastBefore := tr.sent
+	rtt := max(il.cfg.clock.Now().Sub(tr.sent), time.Millisecond)
+	pk := il.pacingKey(h.label)
+	pc := newPacer(&il.pacing, pk, tr.sent)
+	served := false
+	defer func() { pc.done(&il.pacing, pk, served) }()
+	type seen struct {
+		serving, rev int64
+		lockedBy     string
+		at           time.Time
+	}
+	obs := seen{serving: st.serving, rev: st.rev, lockedBy: st.lockedBy, at: il.cfg.clock.Now()}
+	var claimSent time.Time // first send of a skip that may have made us the holder
+	confirm := false        // the next read must be strongly consistent, at once
+	bo := backoff{base: il.cfg.backoffBase, cap: il.cfg.backoffCap}
+	for {
+		if st.serving == h.ticket && st.lockedBy == leaseID {
+			served = true
+			h.entry = false
+			if claimSent.IsZero() {
+				claimSent = lastBefore
+			}
+			return waitResult{st: st, claimed: true, start: claimSent, lease: lease}, nil
+		}
+		if !st.ownEntry || st.serving > h.ticket {
+			return waitResult{}, errTicketSkipped
+		}
+		if st.serving == h.ticket && st.lockedBy == marker(h.ticket) {
+			break
+		}
+		now := il.cfg.clock.Now()
+		itemLease := time.Duration(st.leaseMs) * time.Millisecond
+		if itemLease <= 0 {
+			itemLease = lease
+		}
+		stalled := now.Sub(obs.at) >= itemLease
+		if il.cfg.takeover.wallClock && st.ticket == st.serving && st.until > 0 &&
+			time.UnixMilli(st.until).Add(il.cfg.takeover.skew).Before(now) {
+			stalled = true
+		}
+		kind := st.served()
+		switch {
+		case confirm:
+		case kind == servedGone || (kind == servedLive && stalled):
+			if st.serving+1 == h.ticket && claimSent.IsZero() {
+				claimSent = il.cfg.clock.Now()
+			}
+			if il.skip(ctx, h, st, leaseID, lease, h.ticket) {
+				if kind == servedLive {
+					h.skippedStalled = true
+				}
+			} else if err := sleep(ctx, bo.next()); err != nil {
+				return waitResult{}, il.giveUp(ctx, h, leaseID, st, start, err)
+			}
+		default:
+			waited := now.Sub(start)
+			p := ac.wait
+			if !p.forever && waited >= p.max {
+				return waitResult{}, il.giveUp(ctx, h, leaseID, st, start, nil)
+			}
+			pos := h.ticket - st.serving
+			d := pc.delay(now, pos, rtt, il.pacing.turn(pk, rtt, pc.pace))
+			// Never sleep past the moment a stalled holder could be skipped, and look at
+			// least ten times a lease so the takeover clock starts soon after the
+			// holder's last heartbeat (and a far sleep on a wrong pace stays short).
+			d = min(d, lease/10, obs.at.Add(itemLease).Sub(now)+time.Millisecond)
+			if il.cfg.takeover.wallClock && st.ticket == st.serving && st.until > 0 {
+				d = min(d, time.UnixMilli(st.until).Add(il.cfg.takeover.skew).Sub(now)+time.Millisecond)
+			}
+			if !p.forever {
+				d = min(d, p.max-waited)
+			}
+			if err := sleep(ctx, max(d, time.Millisecond)); err != nil {
+				return waitResult{}, il.giveUp(ctx, h, leaseID, st, start, err)
+			}
+		}
+		send := il.cfg.clock.Now()
+		// Waiters far back read eventually consistently (half the price): such a read
+		// only times the next one and may start a takeover clock or a skip (both safe
+		// on a stale view: a skip is conditioned on the item as observed, and any read
+		// that shows a state was processed after the write that made it). Whatever
+		// would move this waiter — its turn, its ticket gone, the head near — is
+		// confirmed by a strongly consistent read at once, and only those count for the
+		// lease's validity (lastBefore).
+		// A consistent read at least every quarter lease keeps lastBefore fresh, so that
+		// a waiter served after a long wait enters with most of its lease (no renewal).
+		far := !confirm && st.ownEntry && h.ticket-st.serving > 1 && send.Sub(lastBefore) < lease/4
+		confirm = false
+		var it item
+		var err error
+		if far {
+			it, err = il.readEventually(ctx, h.key)
+		} else {
+			it, err = il.read(ctx, h.key)
+		}
+		if err != nil {
+			if ctx.Err() != nil {
+				return waitResult{}, il.giveUp(ctx, h, leaseID, st, start, ctx.Err())
+			}
+			if classify(err) == errFatal {
+				il.withdraw(ctx, h, leaseID)
+				return waitResult{}, fmt.Errorf("lockcore: lock item %s: %w", h.label, err)
+			}
+			if err := sleep(ctx, bo.next()); err != nil {
+				return waitResult{}, il.giveUp(ctx, h, leaseID, st, start, err)
+			}
+			continue
+		}
+		now = il.cfg.clock.Now()
+		rtt = (3*rtt + max(now.Sub(send), time.Millisecond)) / 4
+		next := il.state(it, h.wid)
+		if far && (!next.ownEntry || next.serving+1 >= h.ticket) {
+			confirm = true // the head came near (or the view is stale): look again, consistently
+			continue
+		}
+		if !far && next.serving < h.ticket {
+			lastBefore = send
+		}
+		pc.read(send, next.serving-st.serving, il.pacing.turn(pk, rtt, pc.pace), rtt)
+		if next.serving != obs.serving || next.rev != obs.rev || next.lockedBy != obs.lockedBy {
+			obs = seen{serving: next.serving, rev: next.rev, lockedBy: next.lockedBy, at: now}
+		}
+		st = next
+	}
+	served = true
+	// Handed over: the lease counts from lastBefore, for no longer than the lease the
+	// handoff wrote (waiters skip the ticket after that much silence), and in the
+	// wall-clock mode not past the lease end it wrote.
+	d := lease
+	if st.leaseMs > 0 {
+		d = min(d, time.Duration(st.leaseMs)*time.Millisecond)
+	}
+	s := lastBefore.Add(d - lease)
+	if il.cfg.takeover.wallClock && st.until > 0 {
+		if end := time.UnixMilli(st.until); end.Before(s.Add(lease)) {
+			s = end.Add(-lease)
+		}
+	}
+	return waitResult{st: st, start: s, lease: lease}, nil
+}
+
+// giveUp withdraws the ticket and explains why the wait ended (cause nil: the wait
+// policy's time ran out).
+func (il *ItemLocker) giveUp(ctx context.Context, h *itemHold, leaseID string, st itemState, start time.Time, cause error) error {
+	il.withdraw(ctx, h, leaseID)
+	waited := il.cfg.clock.Now().Sub(start)
+	if cause != nil && ctx.Err() == nil && !errors.Is(cause, context.Canceled) && !errors.Is(cause, context.DeadlineExceeded) {
+		return cause
+	}
+	return &HeldError{Key: h.label, Holder: il.stateHolder(st), Waited: waited, TimedOut: cause == nil, Cause: cause}
+}
+
+// withdraw gives up a ticket: it removes our entry while the ticket is not served, or
+// passes the item on if it just was (handed over, or claimed by our own skip).
+func (il *ItemLocker) withdraw(ctx context.Context, h *itemHold, leaseID string) {
+	ctx, cancel := detached(ctx)
+	defer cancel()
+	a := il.attrs
+	e := expr(expression.NewBuilder().
+		WithCondition(expression.And(
+			expression.LessThan(name(a.Serving), value(h.ticket)),
+			expression.AttributeExists(il.waiterPath(h.wid)))).
+		WithUpdate(expression.Remove(il.waiterPath(h.wid))))
+	bo := backoff{base: 50 * time.Millisecond, cap: 500 * time.Millisecond}
+	for {
+		_, err := il.db.UpdateItem(ctx, conditionalUpdate(il.table, h.key, e, types.ReturnValueNone), noSDKRetry)
+		switch {
+		case err == nil:
+			return
+		case classify(err) == errCondition:
+			old, ok := conditionOld(err)
+			if !ok {
+				old, _ = il.read(ctx, h.key)
+			}
+			st := il.state(old, h.wid)
+			l := &Lease{key: h.label, id: leaseID, owner: il.cfg.owner, clock: il.cfg.clock, duration: il.cfg.lease}
+			if h.ownsState(l, st) {
+				h.next = st.next
+				_ = h.release(ctx, l) // served meanwhile: pass it on
+			}
+			return
+		case classify(err) == errFatal:
+			return
+		}
+		if sleep(ctx, bo.next()) != nil {
+			return
+		}
+	}
+}
+
+// withdrawUnknown withdraws a take whose outcome is unknown: a claim take that may have
+// landed is released if it did; a queue take gets a tombstone if it has not landed (so
+// that it never will), and is withdrawn if it has.
+func (il *ItemLocker) withdrawUnknown(ctx context.Context, h *itemHold, leaseID string, queue bool) {
+	rctx, cancel := detached(ctx)
+	defer cancel()
+	a := il.attrs
+	l := &Lease{key: h.label, id: leaseID, owner: il.cfg.owner, clock: il.cfg.clock, duration: il.cfg.lease}
+	if it, err := il.read(rctx, h.key); err == nil {
+		st := il.state(it, h.wid)
+		if st.lockedBy == leaseID {
+			hc := &itemHold{il: il, key: h.key, label: h.label, ticket: st.ticket, next: st.next}
+			_ = hc.release(rctx, l)
+			return
+		}
+	}
+	if !queue || h.wid == "" {
+		return
+	}
+	now := il.cfg.clock.Now()
+	e := expr(expression.NewBuilder().
+		WithCondition(expression.And(expression.AttributeExists(name(a.Waiters)), expression.AttributeNotExists(il.waiterPath(h.wid)))).
+		WithUpdate(expression.Set(il.waiterPath(h.wid), value(tombPrefix+strconv.FormatInt(now.UnixMilli(), 10)))))
+	bo := backoff{base: 50 * time.Millisecond, cap: 500 * time.Millisecond}
+	for {
+		_, err := il.db.UpdateItem(rctx, conditionalUpdate(il.table, h.key, e, types.ReturnValueNone), noSDKRetry)
+		switch {
+		case err == nil:
+			return
+		case classify(err) == errCondition:
+			old, ok := conditionOld(err)
+			if !ok {
+				if old, err = il.read(rctx, h.key); err != nil {
+					return
+				}
+			}
+			st := il.state(old, h.wid)
+			if st.ownEntry {
+				h.ticket, h.entry = st.ownTicket, true
+				il.withdraw(ctx, h, leaseID)
+			}
+			return // or our tombstone from an earlier attempt, or no queue at all
+		case classify(err) == errFatal:
+			return
+		}
+		if sleep(rctx, bo.next()) != nil {
+			return
+		}
+	}
+}
