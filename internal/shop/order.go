@@ -268,8 +268,12 @@ func (s *Service) landed(ctx context.Context, orderID string, ol *lockcore.ItemL
 	}
 	it := got.Item
 	a := lockcore.DefaultItemAttributes
+	// The decision unlocked the item and left its serving ticket at ours; waiters queued
+	// meanwhile have raised the fence (the ticket counter) past our token.
 	fence, _ := getN(it, a.Fence)
-	return getS(it, attrStatus) == string(st) && getS(it, a.LockedBy) == "" && lockcore.Fence(fence) == ol.Token()
+	serving, _ := getN(it, a.Serving)
+	ours := lockcore.Fence(fence) == ol.Token() || lockcore.Fence(serving) == ol.Token()
+	return getS(it, attrStatus) == string(st) && getS(it, a.LockedBy) == "" && ours
 }
 
 // releaser is a *lockcore.Lease or *lockcore.MultiLease.
