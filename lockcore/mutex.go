@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -45,6 +46,9 @@ type Mutex struct {
 	db    DynamoDB
 	table string
 	cfg   *config
+
+	pacing pacing      // per lock: this client's hold times, the queue's pace
+	memory mutexMemory // per lock: whether this client last found it busy
 }
 
 // NewMutex returns a Mutex on table. It validates the options.
@@ -86,35 +90,20 @@ func (m *Mutex) Acquire(ctx context.Context, key string, opts ...AcquireOption) 
 	t0 := m.cfg.clock.Now()
 	var st acqStats
 	defer func() { m.cfg.acquired(ctx, StrategyMutex, key, ac.namespace, t0, st, lease, err) }()
-	leaseID := newLeaseID(m.cfg.owner)
-	got, start, err := m.cfg.acquireItem(ctx, key, m.table+"\x00"+key+"\x00"+ac.namespace, ac.wait, &st,
-		func(ctx context.Context, stale *Holder) (item, *Holder, bool, error) {
-			return m.attempt(ctx, key, ac, leaseID, stale)
-		},
-		func(won item, _ *Holder) bool { return attrS(won, attrPrevState) == stateHeld },
-		func() { m.abandon(ctx, key, ac.namespace, leaseID) })
-	if err != nil {
-		return nil, err
-	}
-	epoch, ok := attrN(got, attrEpoch)
-	if !ok {
-		if epoch, err = m.startEpoch(ctx, key, ac.namespace, leaseID); err != nil {
-			m.abandon(ctx, key, ac.namespace, leaseID)
+	for {
+		h, row, sent, err := m.take(ctx, key, ac, t0, &st)
+		if err != nil {
 			return nil, err
 		}
-	}
-	fence, _ := attrN(got, attrFence)
-	l := newLease(m, m.cfg, ac.lease, key, ac.namespace, leaseID, makeFence(epoch, fence), start)
-	if ttl, _ := attrN(got, attrExpiresAt); m.cfg.ttlTooEarly(ttl, ac.lease+m.cfg.ttlGrace) {
-		// Our clock runs slow: TTL could remove the row while we hold it. Rewrite the
-		// TTL from the server's time before the lease is used.
-		if err := l.Renew(ctx); err != nil {
-			m.abandon(ctx, key, ac.namespace, leaseID)
-			return nil, err
+		if f := m.cfg.hooks.afterTicket; f != nil {
+			f(key, h.ticket)
 		}
+		l, err := m.wait(ctx, h, row, sent, ac, t0, &st)
+		if errors.Is(err, errTicketSkipped) {
+			continue // our ticket was skipped while we were away: queue again
+		}
+		return l, err
 	}
-	l.startHeartbeat(ctx, ac.heartbeat)
-	return l, nil
 }
 
 // TryAcquire takes the lock only if it is free now (NoWait).
@@ -131,89 +120,6 @@ func (m *Mutex) validate(key, ns string) error {
 
 func (m *Mutex) keyOf(key, ns string) item {
 	return item{attrPK: s(key), attrSK: s(ns)}
-}
-
-// attempt makes one conditional acquisition. It returns the new item when it won, or the
-// holder that blocked it.
-func (m *Mutex) attempt(ctx context.Context, key string, ac *acquireConfig, leaseID string, stale *Holder) (won item, holder *Holder, ambiguous bool, err error) {
-	now := m.cfg.clock.Now()
-	until := now.Add(ac.lease)
-	free := expression.Or(
-		expression.AttributeNotExists(name(attrPK)),
-		expression.Equal(name(attrState), value(stateReleased)),
-	)
-	if m.cfg.takeover.wallClock {
-		cutoff := now.Add(-m.cfg.takeover.skew).UnixMilli()
-		free = expression.Or(free, expression.LessThan(name(attrUntil), value(cutoff)))
-	}
-	if stale != nil {
-		free = expression.Or(free, expression.And(
-			expression.Equal(name(attrLeaseID), value(stale.LeaseID)),
-			expression.Equal(name(attrRev), value(stale.Rev)),
-		))
-	}
-	upd := expression.Set(name(attrState), value(stateHeld)).
-		Set(name(attrOwner), value(m.cfg.owner)).
-		Set(name(attrLeaseID), value(leaseID)).
-		Set(name(attrLeaseMs), value(ac.lease.Milliseconds())).
-		Set(name(attrUntil), value(until.UnixMilli())).
-		Set(name(attrExpiresAt), value(m.cfg.ttlAt(now, ac.lease+m.cfg.ttlGrace))).
-		Set(name(attrAcquiredAt), value(now.UnixMilli())).
-		Set(name(attrPrevLease), expression.IfNotExists(name(attrLeaseID), value("-"))).
-		Set(name(attrPrevState), expression.IfNotExists(name(attrState), value("-"))).
-		Add(name(attrRev), value(1)).
-		Add(name(attrFence), value(1))
-	if ac.data != nil {
-		upd = upd.Set(name(attrData), value(ac.data))
-	} else {
-		upd = upd.Remove(name(attrData))
-	}
-	e := expr(expression.NewBuilder().WithCondition(free).WithUpdate(upd))
-	out, err := m.db.UpdateItem(ctx, conditionalUpdate(m.table, m.keyOf(key, ac.namespace), e, types.ReturnValueAllNew), noSDKRetry)
-	if err == nil {
-		m.cfg.observeServer(out.ResultMetadata)
-		return out.Attributes, nil, false, nil
-	}
-	switch classify(err) {
-	case errCondition:
-		old, ok := conditionOld(err)
-		if !ok { // engine without ReturnValuesOnConditionCheckFailure
-			if old, err = m.read(ctx, key, ac.namespace); err != nil {
-				return nil, nil, false, nil // learned nothing; try again
-			}
-		}
-		if attrS(old, attrLeaseID) == leaseID && attrS(old, attrState) == stateHeld {
-			return old, nil, false, nil // an earlier attempt of ours landed
-		}
-		return nil, holderOf(old), false, nil
-	case errRetryable:
-		return nil, nil, false, nil
-	case errAmbiguous:
-		rctx, cancel := detached(ctx)
-		defer cancel()
-		cur, rerr := m.read(rctx, key, ac.namespace)
-		if rerr != nil {
-			return nil, nil, true, nil
-		}
-		if attrS(cur, attrLeaseID) == leaseID && attrS(cur, attrState) == stateHeld {
-			return cur, nil, false, nil // it landed
-		}
-		if ctx.Err() != nil {
-			return nil, nil, true, ctx.Err()
-		}
-		return nil, holderOf(cur), true, nil
-	default:
-		return nil, nil, false, fmt.Errorf("lockcore: acquire %q: %w", key, err)
-	}
-}
-
-// abandon releases, best effort, a lease that may have landed after this client gave up
-// on it, so that no orphaned lease outlives an ambiguous failure.
-func (m *Mutex) abandon(ctx context.Context, key, ns, leaseID string) {
-	ctx, cancel := detached(ctx)
-	defer cancel()
-	l := &Lease{key: key, namespace: ns, id: leaseID, owner: m.cfg.owner, clock: m.cfg.clock}
-	_ = m.release(ctx, l)
 }
 
 func holderOf(it item) *Holder {
@@ -260,16 +166,27 @@ func (m *Mutex) read(ctx context.Context, key, ns string) (item, error) {
 }
 
 // Get reads the lock's state with a strongly consistent read. It never changes anything.
+// The holder is the served ticket's (its Until is the recorded wall-clock lease end, zero
+// until the holder's first heartbeat when it entered by a handoff it did not see).
 func (m *Mutex) Get(ctx context.Context, key string, opts ...AcquireOption) (*LockInfo, error) {
 	it, ns, err := lookup(ctx, m.cfg, key, opts, m.validate, m.read)
 	if err != nil {
 		return nil, err
 	}
-	info := &LockInfo{Key: key, Namespace: ns, Holder: holderOf(it)}
-	if info.Holder != nil {
+	row := parseMutexRow(it, "")
+	info := &LockInfo{Key: key, Namespace: ns, Holder: row.holder()}
+	switch {
+	case row.format == fmtLegacyHeld:
 		info.Held = true
-		info.Expired = info.Holder.Until.Before(m.cfg.clock.Now())
 		info.Data = attrB(it, attrData)
+	case row.busy() && row.servedEntry:
+		info.Held = true
+		info.Data = row.details[row.serving].data
+	default:
+		info.Holder = nil
+	}
+	if info.Held {
+		info.Expired = !info.Holder.Until.IsZero() && info.Holder.Until.Before(m.cfg.clock.Now())
 	}
 	return info, nil
 }
@@ -285,7 +202,7 @@ func (m *Mutex) IsLocked(ctx context.Context, key string, opts ...AcquireOption)
 	if !info.Held {
 		return false, nil
 	}
-	return info.Holder.Until.Add(m.cfg.takeover.skew).After(m.cfg.clock.Now()), nil
+	return info.Holder.Until.IsZero() || info.Holder.Until.Add(m.cfg.takeover.skew).After(m.cfg.clock.Now()), nil
 }
 
 // Attach returns a handle on a lease acquired elsewhere (say, by another process that
@@ -303,7 +220,12 @@ func (m *Mutex) Attach(key, leaseID string, opts ...AcquireOption) (*Lease, erro
 	if leaseID == "" {
 		return nil, invalidOption("leaseID", "must not be empty")
 	}
-	return newLease(m, m.cfg, ac.lease, key, ac.namespace, leaseID, 0, m.cfg.clock.Now()), nil
+	id := leaseID
+	if i := strings.LastIndex(leaseID, nsSeparator); i >= 0 {
+		id = leaseID[i+1:]
+	}
+	h := m.newHold(key, ac.namespace, id)
+	return newLease(h, m.cfg, ac.lease, key, ac.namespace, leaseID, 0, m.cfg.clock.Now()), nil
 }
 
 // renew implements leaseOps.
@@ -429,14 +351,20 @@ func (m *Mutex) classifyOld(op string, l *Lease, old item) error {
 }
 
 // GuardCheck returns a TransactWriteItems entry that fails the caller's transaction
-// unless this lease is still held. Add it to a transaction that writes data protected by
-// the lock, so that a holder that lost its lease (paused past it, say) cannot write.
+// unless this lease is still held (its ticket is served and its entry names the lease's
+// owner; for a lease of the previous row format attached with Attach: the row names the
+// lease as held). Add it to a transaction that writes data protected by the lock, so
+// that a holder that lost its lease (paused past it, say) cannot write.
 // It returns an *OptionError naming the lease when l is nil.
 func (m *Mutex) GuardCheck(l *Lease) (types.TransactWriteItem, error) {
 	if l == nil {
 		return types.TransactWriteItem{}, invalidOption("lease", "must not be nil")
 	}
-	e := expr(expression.NewBuilder().WithCondition(m.ownedBy(l)))
+	cond := m.ownedBy(l) // the previous format: never true of a row in the ticket format
+	if h, ok := l.ops.(*mutexHold); ok {
+		cond = expression.Or(h.ours(l.owner), cond)
+	}
+	e := expr(expression.NewBuilder().WithCondition(cond))
 	return types.TransactWriteItem{ConditionCheck: &types.ConditionCheck{
 		TableName:                           aws.String(m.table),
 		Key:                                 m.keyOf(l.key, l.namespace),

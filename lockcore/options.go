@@ -374,6 +374,7 @@ type acquireConfig struct {
 	data      []byte
 	lease     time.Duration
 	heartbeat time.Duration
+	urgent    bool // the caller holds other locks meanwhile (AcquireAll): never sleep far
 }
 
 // applyAcquire makes a WaitPolicy an AcquireOption: Acquire(ctx, key, WaitUpTo(d)).

@@ -353,5 +353,9 @@ func GuardedWriteError(err error, guard int, l *Lease) error {
 	if aws.ToString(r.Code) != "ConditionalCheckFailed" {
 		return err
 	}
-	return &LeaseError{Op: "guarded write", Key: l.key, LeaseID: l.id, Current: holderOf(r.Item), Err: ErrLeaseLost}
+	cur := holderOf(r.Item)
+	if attrS(r.Item, attrState) == stateFair {
+		cur = parseMutexRow(r.Item, "").holder()
+	}
+	return &LeaseError{Op: "guarded write", Key: l.key, LeaseID: l.id, Current: cur, Err: ErrLeaseLost}
 }
