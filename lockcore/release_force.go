@@ -248,6 +248,9 @@ func (in *Inspector) notHeld(key, ns string, st Strategy, want, now string) erro
 }
 
 func (in *Inspector) forceMutex(cur item, rowKey item, target *string, rec *ForceRecord, now time.Time) (types.Update, error) {
+	if attrS(cur, attrState) == stateFair {
+		return in.forceFairMutex(cur, rowKey, target, rec, now)
+	}
 	id := attrS(cur, attrLeaseID)
 	if cur == nil || attrS(cur, attrState) != stateHeld {
 		state := "no lock row"
@@ -308,6 +311,41 @@ func (in *Inspector) forceTicket(cur item, rowKey item, target *string, rec *For
 		Set(name(attrExpiresAt), value(ttl)).
 		Add(name(attrRev), value(1)).
 		Remove(name(wattr))
+	u = forcedAttrs(u, rec, now)
+	return updateOf(in.table, rowKey, expr(expression.NewBuilder().WithCondition(cond).WithUpdate(u))), nil
+}
+
+// forceFairMutex ends the served ticket of a Mutex row in the ticket format: it skips
+// it as a waiter does after a holder stopped heartbeating (serving + 1, its entries
+// removed, the next ticket's hand-off recorded without a wall-clock lease end).
+func (in *Inspector) forceFairMutex(cur item, rowKey item, target *string, rec *ForceRecord, now time.Time) (types.Update, error) {
+	row := parseMutexRow(cur, "")
+	if !row.busy() || !row.servedEntry {
+		return types.Update{}, in.notHeld(rec.Key, rec.Namespace, rec.Strategy, *target, "released")
+	}
+	h := row.holder()
+	if *target != "" && h.LeaseID != *target {
+		return types.Update{}, in.notHeld(rec.Key, rec.Namespace, rec.Strategy, *target, "held under lease "+h.LeaseID)
+	}
+	*target = h.LeaseID
+	rec.LeaseID, rec.Owner, rec.Token = h.LeaseID, h.Owner, fenceInfo(h.Token)
+	id := row.entryID(row.serving)
+	cond := expression.And(
+		expression.Equal(name(attrState), value(stateFair)),
+		expression.Equal(name(attrServing), value(row.serving)),
+		expression.Equal(name(attrRev), value(row.rev)),
+		expression.Equal(name(attrLife), value(row.life)),
+		expression.AttributeExists(name(waiterPrefix+id)))
+	ttl := ttlSeconds(now.Add(max(in.retention, h.Lease+DefaultTTLGrace)))
+	u := expression.Set(name(attrServing), value(row.serving+1)).
+		Set(name(attrSkip), value(row.serving)).
+		Set(name(attrExpiresAt), value(ttl)).
+		Add(name(attrRev), value(1)).
+		Remove(name(waiterPrefix + id)).
+		Remove(name(detailPrefix + id)).
+		Remove(name(attrHFor)).
+		Remove(name(attrHUntil)).
+		Remove(name(attrHSince))
 	u = forcedAttrs(u, rec, now)
 	return updateOf(in.table, rowKey, expr(expression.NewBuilder().WithCondition(cond).WithUpdate(u))), nil
 }
