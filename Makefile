@@ -113,19 +113,19 @@ demo: ## Run the demo against a fresh local engine (or DYNAMODB_ENDPOINT); flags
 
 # ---------------------------------------------------------------------------------------------
 # Benchmark (issue #6): cmd/bench writes bench/results.json, bench/RESULTS.md, bench/chart.svg.
-#   make bench                        full run (20 s per hot-key run, about 15 minutes)
+#   make bench                        full run (20 s per hot-key and multi-key run, 4, 16 and 64 workers, about 30 minutes)
 #   make bench QUICK=1                short runs, under 3 minutes
 #   make bench DURATION=10s WORKERS=16 RTT=5ms STRATEGIES=mutex,queue
 # ---------------------------------------------------------------------------------------------
 DURATION   ?=
-WORKERS    ?= 4,16
+WORKERS    ?= 4,16,64
 RTT        ?= 0,5ms
 STRATEGIES ?= all
 QUICK      ?=
 BENCH_ARGS  = -workers '$(WORKERS)' -rtt '$(RTT)' -strategies '$(STRATEGIES)' \
               $(if $(DURATION),-duration '$(DURATION)') $(if $(filter-out 0,$(QUICK)),-quick)
 BENCH_CMD   = make bench$(if $(filter-out 0,$(QUICK)), QUICK=$(QUICK))$(if $(DURATION), DURATION=$(DURATION))$(if \
-              $(filter-out 4$(comma)16,$(WORKERS)), WORKERS=$(WORKERS))$(if $(filter-out 0$(comma)5ms,$(RTT)), RTT=$(RTT))$(if \
+              $(filter-out 4$(comma)16$(comma)64,$(WORKERS)), WORKERS=$(WORKERS))$(if $(filter-out 0$(comma)5ms,$(RTT)), RTT=$(RTT))$(if \
               $(filter-out all,$(STRATEGIES)), STRATEGIES=$(STRATEGIES))
 comma      := ,
 

@@ -69,10 +69,10 @@ func parseFlags(args []string) (*config, error) {
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	duration := fs.Duration("duration", 0, "length of each hot-key run (default 20s, 2s with -quick)")
 	unc := fs.Duration("uncontended", 0, "length of each uncontended run (default 4s, 500ms with -quick)")
-	workers := fs.String("workers", "4,16", "comma-separated worker counts of the hot-key runs")
+	workers := fs.String("workers", "4,16,64", "comma-separated worker counts of the hot-key and multi-key runs")
 	rtts := fs.String("rtt", "0,5ms", "comma-separated round-trip times the delay proxy adds (0: direct to the engine)")
 	strategies := fs.String("strategies", "all", "comma-separated strategies, or all: "+strategyNames())
-	scenarios := fs.String("scenarios", "uncontended,hotkey,takeover,burst", "comma-separated scenarios to run")
+	scenarios := fs.String("scenarios", "uncontended,hotkey,multikey,takeover,burst", "comma-separated scenarios to run (multikey runs at the target RTT only, for the strategies with a multi-key acquisition: multi)")
 	quick := fs.Bool("quick", false, "short runs (the whole bench in under 3 minutes)")
 	out := fs.String("out", "bench", "directory for results.json, RESULTS.md and the chart (empty: print only)")
 	burstWorkers := fs.Int("burst-workers", 16, "workers released at once in the burst scenario")
@@ -134,7 +134,7 @@ func parseFlags(args []string) (*config, error) {
 	for _, s := range strings.Split(*scenarios, ",") {
 		s = strings.TrimSpace(s)
 		switch s {
-		case bench.ScenarioUncontended, bench.ScenarioHotKey, bench.ScenarioTakeover, bench.ScenarioBurst:
+		case bench.ScenarioUncontended, bench.ScenarioHotKey, bench.ScenarioMultiKey, bench.ScenarioTakeover, bench.ScenarioBurst:
 			cfg.scenarios[s] = true
 		default:
 			return nil, fmt.Errorf("-scenarios: unknown scenario %q", s)
@@ -268,6 +268,28 @@ func run(ctx context.Context, cfg *config) (err error) {
 					}
 					logf("hot key %-22s +%-4s N=%-2d %6.1f CS/s eff %.2f Jain %.3f lockCU/CS %s starved %d",
 						s.Name, p.RTT, n, *rec.CSPerSec, *rec.Efficiency, *rec.Jain, fmtp(rec.LockCUPerCS), *rec.Starved)
+					add(rec)
+				}
+			}
+		}
+	}
+
+	if cfg.scenarios[bench.ScenarioMultiKey] {
+		for _, p := range paths {
+			if p.RTT != cfg.targetRTT {
+				continue
+			}
+			for _, n := range cfg.workers {
+				for _, s := range cfg.strategies {
+					if !s.MultiKey {
+						continue
+					}
+					rec, err := r.MultiKey(ctx, s, p, n, cfg.duration)
+					if err != nil {
+						return err
+					}
+					logf("multi-key %-20s +%-4s N=%-2d %6.1f CS/s eff %.2f Jain %.3f lockCU/CS %s starved %d double %s",
+						s.Name, p.RTT, n, *rec.CSPerSec, *rec.Efficiency, *rec.Jain, fmtp(rec.LockCUPerCS), *rec.Starved, fmtI(rec.DoubleHolders))
 					add(rec)
 				}
 			}

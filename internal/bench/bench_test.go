@@ -5,9 +5,11 @@ import (
 	"context"
 	"encoding/xml"
 	"errors"
+	"fmt"
 	"io"
 	"math"
 	"net"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -402,5 +404,73 @@ func TestSelectStrategies(t *testing.T) {
 	}
 	if _, err := SelectStrategies("mutex,nope"); err == nil {
 		t.Error("unknown strategy accepted")
+	}
+}
+
+func TestSectionKeys(t *testing.T) {
+	pool := []string{"a", "b", "c", "d"}
+	seen := map[string]int{}
+	for i := range 8 {
+		for j := range 4 {
+			keys := sectionKeys(pool, 3, i, j)
+			if len(keys) != 3 || !slices.IsSorted(keys) || len(slices.Compact(slices.Clone(keys))) != 3 {
+				t.Fatalf("sectionKeys(%d, %d) = %v: want 3 distinct keys, sorted", i, j, keys)
+			}
+			// Any two sections of 3 of 4 keys share one: they must run one at a time.
+			other := sectionKeys(pool, 3, i+1, j+2)
+			if !slices.ContainsFunc(keys, func(k string) bool { return slices.Contains(other, k) }) {
+				t.Fatalf("%v and %v share no key", keys, other)
+			}
+			for _, k := range keys {
+				seen[k]++
+			}
+		}
+	}
+	for _, k := range pool {
+		if seen[k] != 24 { // every key in 3 of 4 sections
+			t.Errorf("key %s in %d of 32 sections, want 24", k, seen[k])
+		}
+	}
+	if got := sectionKeys(pool[:1], 1, 3, 5); !slices.Equal(got, pool[:1]) {
+		t.Errorf("one key: %v", got)
+	}
+}
+
+func TestEvaluateFanOut(t *testing.T) {
+	r := &Results{Params: Params{RTTs: []float64{0, 5}, TargetRTTms: 5}}
+	rec := func(s, scenario string, rtt float64, n int, eff, jain, cu float64, starved int) Record {
+		return Record{Strategy: s, Scenario: scenario, RTTms: rtt, Workers: n, Efficiency: fp(eff), Jain: fp(jain),
+			LockCUPerCS: fp(cu), Starved: ip(starved), DoubleHolders: i64p(0)}
+	}
+	r.Records = []Record{
+		rec("mutex", ScenarioHotKey, 5, 16, 0.92, 0.99, 2.5, 0),
+		rec("mutex", ScenarioHotKey, 5, 64, 0.85, 0.97, 3.2, 0), // CU above 3 and 1.28 × N=16
+		rec("ticket", ScenarioHotKey, 5, 16, 0.95, 1, 2.8, 0),
+		rec("ticket", ScenarioHotKey, 5, 64, 0.93, 1, 2.9, 0),
+		rec("ticket", ScenarioHotKey, 0, 16, 0.7, 1, 3, 0),
+		rec("multi", ScenarioMultiKey, 5, 16, 0.75, 0.5, 6, 3),
+	}
+	r.Evaluate(5, 3*time.Second)
+	got := map[string]bool{}
+	for _, tg := range r.Targets {
+		got[fmt.Sprintf("%s/%s/%d", tg.Name, tg.Strategy, tg.Workers)] = tg.Pass
+	}
+	want := map[string]bool{
+		"fan-out hot key N=16: Jain/mutex/16":                      true,
+		"fan-out hot key N=64: efficiency/mutex/64":                true,
+		"fan-out hot key N=16: best efficiency/ticket/16":          true,
+		"fan-out hot key N=64: lock CU per CS/mutex/64":            false,
+		"fan-out hot key: lock CU per CS, N=64 / N=16/mutex/64":    false,
+		"fan-out hot key: lock CU per CS, N=64 / N=16/ticket/64":   true,
+		"fan-out hot key N=16 direct: ticket efficiency/ticket/16": false,
+		"fan-out multi-key N=16: Jain/multi/16":                    false,
+		"fan-out multi-key N=16: starved workers/multi/16":         false,
+		"fan-out multi-key N=16: efficiency/multi/16":              false,
+		"fan-out multi-key N=16: double holders/multi/16":          true,
+	}
+	for k, v := range want {
+		if p, ok := got[k]; !ok || p != v {
+			t.Errorf("target %s: pass = %v (present %v), want %v", k, p, ok, v)
+		}
 	}
 }

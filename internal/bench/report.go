@@ -17,6 +17,7 @@ const (
 	ScenarioHotKey      = "hotkey"
 	ScenarioTakeover    = "takeover"
 	ScenarioBurst       = "burst"
+	ScenarioMultiKey    = "multikey"
 )
 
 // Record is one strategy × scenario × RTT × workers measurement. The fields the issue
@@ -249,6 +250,7 @@ func (r *Results) Evaluate(targetRTT float64, takeoverLease time.Duration) {
 				target("hot key N=16 FIFO queue: RCU per CS", q, q.RCUPerCS, "<=", 4))
 		}
 	}
+	r.evaluateFanOut(targetRTT)
 	// Burst: no double holders for any lockcore strategy.
 	for i := range r.Records {
 		x := &r.Records[i]
@@ -287,6 +289,72 @@ func (r *Results) Evaluate(targetRTT float64, takeoverLease time.Duration) {
 	}
 	if dh != nil {
 		r.References = append(r.References, Reference{Name: "burst double holders (all RTTs)", Strategy: "published-fifo", Issue: "> 0 expected", Value: dh})
+	}
+}
+
+// Issue #12 (fan-out): every blocking lockcore strategy is fair at N = 16 and N = 64.
+var (
+	// BlockingStrategies are the lockcore strategies whose Acquire waits for a lock.
+	BlockingStrategies = []string{"mutex", "lockingread", "ticket", "queue", "multi"}
+	// CheapStrategies must cost at most 3 lock capacity units per critical section.
+	CheapStrategies = []string{"lockingread", "mutex", "ticket"}
+	// FanOutWorkers are the worker counts the fan-out targets are checked at.
+	FanOutWorkers = []int{16, 64}
+)
+
+// evaluateFanOut adds issue #12's targets at RTT targetRTT: for every blocking strategy
+// at N = 16 and 64 (hot key, and multi-key where measured) Jain ≥ 0.95, no starved
+// worker, efficiency ≥ 0.8 (≥ 0.9 for the best); for the cheap strategies lock CU per
+// critical section ≤ 3 at both N, and the N = 64 figure at most 1.2 × the N = 16 one;
+// and the ticket lock's efficiency ≥ 0.8 without added latency (direct).
+func (r *Results) evaluateFanOut(targetRTT float64) {
+	for _, scenario := range []string{ScenarioHotKey, ScenarioMultiKey} {
+		label := "hot key"
+		if scenario == ScenarioMultiKey {
+			label = "multi-key"
+		}
+		for _, n := range FanOutWorkers {
+			var best *Record
+			for _, s := range BlockingStrategies {
+				x := r.find(s, scenario, targetRTT, n, "")
+				if x == nil {
+					continue
+				}
+				pre := fmt.Sprintf("fan-out %s N=%d: ", label, n)
+				r.Targets = append(r.Targets,
+					target(pre+"Jain", x, x.Jain, ">=", 0.95),
+					target(pre+"starved workers", x, intf(x.Starved), "==", 0),
+					target(pre+"efficiency", x, x.Efficiency, ">=", 0.8),
+					target(pre+"double holders", x, int64f(x.DoubleHolders), "==", 0))
+				if best == nil || ptrOr(x.Efficiency) > ptrOr(best.Efficiency) {
+					best = x
+				}
+			}
+			if best != nil {
+				r.Targets = append(r.Targets, target(fmt.Sprintf("fan-out %s N=%d: best efficiency", label, n), best, best.Efficiency, ">=", 0.9))
+			}
+		}
+	}
+	for _, s := range CheapStrategies {
+		var at16 *Record
+		for _, n := range FanOutWorkers {
+			x := r.find(s, ScenarioHotKey, targetRTT, n, "")
+			if x == nil {
+				continue
+			}
+			r.Targets = append(r.Targets, target(fmt.Sprintf("fan-out hot key N=%d: lock CU per CS", n), x, x.LockCUPerCS, "<=", 3))
+			if n == FanOutWorkers[0] {
+				at16 = x
+			} else if at16 != nil && at16.LockCUPerCS != nil && x.LockCUPerCS != nil && *at16.LockCUPerCS > 0 {
+				r.Targets = append(r.Targets, target(fmt.Sprintf("fan-out hot key: lock CU per CS, N=%d / N=%d", n, at16.Workers),
+					x, fp(*x.LockCUPerCS / *at16.LockCUPerCS), "<=", 1.2))
+			}
+		}
+	}
+	for _, n := range FanOutWorkers {
+		if x := r.find("ticket", ScenarioHotKey, 0, n, ""); x != nil && targetRTT != 0 {
+			r.Targets = append(r.Targets, target(fmt.Sprintf("fan-out hot key N=%d direct: ticket efficiency", n), x, x.Efficiency, ">=", 0.8))
+		}
 	}
 }
 
@@ -406,10 +474,16 @@ func (r *Results) uncontendedTable() *table {
 	return t
 }
 
-func (r *Results) hotTable() *table {
+func (r *Results) hotTable() *table { return r.loopTable(ScenarioHotKey) }
+
+// multiKeyTable is hotTable for the multi-key runs.
+func (r *Results) multiKeyTable() *table { return r.loopTable(ScenarioMultiKey) }
+
+// loopTable tabulates the closed-loop runs of a scenario (hot key, multi-key).
+func (r *Results) loopTable(scenario string) *table {
 	t := &table{head: []string{"strategy", "RTT ms", "N", "CS/s", "ideal", "eff", "calls/CS", "WCU/CS", "RCU/CS", "lock CU/CS",
 		"handoff p50", "p99", "Jain", "max wait ms", "starved", "lost", "double", "slowest call ms"}}
-	rows := r.recordsOf(ScenarioHotKey)
+	rows := r.recordsOf(scenario)
 	slices.SortStableFunc(rows, func(a, b Record) int {
 		if a.RTTms != b.RTTms {
 			return int(a.RTTms - b.RTTms)
@@ -519,6 +593,7 @@ func (r *Results) PrintText(w io.Writer) {
 	sec("uncontended cycle (acquire + release; the lock's own calls)", r.uncontendedTable())
 	sec("hot key (CS = consistent read + write of a counter item; per-CS figures are the lock's own calls)", r.hotTable())
 	sec(fmt.Sprintf("the lock's calls per CS by operation at +%g ms", r.Params.TargetRTTms), r.opsTable())
+	sec(fmt.Sprintf("multi-key (%d of %d hot keys per CS, canonical order; per-CS figures are the lock's own calls)", MultiKeyPerCS, MultiKeyPool), r.multiKeyTable())
 	sec("takeover after a crashed holder", r.takeoverTable())
 	sec("burst safety", r.burstTable())
 	sec("published designs: the issue's figures and this run's", r.referenceTable())

@@ -153,21 +153,85 @@ type workerStats struct {
 // (consistent read + write of a separate counter item), release. It measures d after a
 // warm-up of a quarter of d (at most 2 s).
 func (r *Runner) HotKey(ctx context.Context, s Strategy, p Path, n int, d time.Duration) (Record, error) {
-	rec := Record{Strategy: s.Name, Scenario: ScenarioHotKey, RTTms: ms(p.RTT), Workers: n, Baseline: s.Baseline,
+	return r.closedLoop(ctx, s, p, n, d, ScenarioHotKey, 1, 1)
+}
+
+// Multi-key scenario: a pool of MultiKeyPool hot keys, MultiKeyPerCS of them per critical
+// section.
+const (
+	MultiKeyPool  = 4
+	MultiKeyPerCS = 3
+)
+
+// MultiKey runs n workers in a closed loop on a pool of MultiKeyPool hot keys. Every
+// critical section needs MultiKeyPerCS of them (worker i's j-th section leaves out key
+// (i+j) mod MultiKeyPool), taken in canonical order with the strategy's own multi-key
+// acquisition (Mutex.AcquireAll for multi), and increments each key's counter (a
+// consistent read and a write per key). Any two sections share a key, so sections run
+// one at a time, as on one hot key: the shape of orders that share SKUs. Lost updates
+// and double holders are counted per key.
+func (r *Runner) MultiKey(ctx context.Context, s Strategy, p Path, n int, d time.Duration) (Record, error) {
+	return r.closedLoop(ctx, s, p, n, d, ScenarioMultiKey, MultiKeyPool, MultiKeyPerCS)
+}
+
+// sectionKeys returns the keys of worker i's j-th critical section: per of the pool,
+// sorted (the canonical order).
+func sectionKeys(pool []string, per, i, j int) []string {
+	if per >= len(pool) {
+		return pool
+	}
+	out := make([]string, 0, per)
+	skip := (i + j) % len(pool)
+	for k := 0; len(out) < per; k++ {
+		if idx := (skip + 1 + k) % len(pool); idx != skip {
+			out = append(out, pool[idx])
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// acquireSet takes every key of a section: one key with Acquire, several with the
+// worker's own multi-key acquisition.
+func acquireSet(ctx context.Context, w Worker, keys []string) (*Held, error) {
+	if len(keys) == 1 {
+		return w.Acquire(ctx, keys[0])
+	}
+	sw, ok := w.(SetWorker)
+	if !ok {
+		return nil, fmt.Errorf("%T has no multi-key acquisition", w)
+	}
+	return sw.AcquireSet(ctx, keys)
+}
+
+// closedLoop runs n workers in a closed loop on a pool of nkeys keys, per keys per
+// critical section (see HotKey and MultiKey).
+func (r *Runner) closedLoop(ctx context.Context, s Strategy, p Path, n int, d time.Duration, scenario string, nkeys, per int) (Record, error) {
+	rec := Record{Strategy: s.Name, Scenario: scenario, RTTms: ms(p.RTT), Workers: n, Baseline: s.Baseline,
 		DurationS: d.Seconds(), WarmupS: min(2*time.Second, d/4).Seconds()}
 	env := r.env(p)
 	ws, err := newWorkers(s, env, "w", n, Tuning{})
 	if err != nil {
 		return rec, err
 	}
-	key := r.key("hot")
+	pool := make([]string, nkeys)
+	for k := range pool {
+		pool[k] = r.key("hot")
+	}
+	slices.Sort(pool)
+	key := pool[0]
 	_, optimistic := ws[0].(Optimist)
+	if optimistic && nkeys > 1 {
+		return rec, fmt.Errorf("%s: %s needs a lock", s.Name, scenario)
+	}
 	if !optimistic {
-		if err := WriteCounter(ctx, env.Data, r.DataTable, key, 0); err != nil {
-			return rec, err
-		}
-		if err := cycle(ctx, ws[0], key); err != nil { // creates the lock rows
-			return rec, fmt.Errorf("%s: warm-up: %w", s.Name, err)
+		for _, k := range pool {
+			if err := WriteCounter(ctx, env.Data, r.DataTable, k, 0); err != nil {
+				return rec, err
+			}
+			if err := cycle(ctx, ws[0], k); err != nil { // creates the lock rows
+				return rec, fmt.Errorf("%s: warm-up: %w", s.Name, err)
+			}
 		}
 	}
 	rtt, err := r.MeasureRTT(ctx, p, 15)
@@ -175,7 +239,10 @@ func (r *Runner) HotKey(ctx context.Context, s Strategy, p Path, n int, d time.D
 		return rec, err
 	}
 
-	var ov Overlap
+	ov := make(map[string]*Overlap, nkeys)
+	for _, k := range pool {
+		ov[k] = &Overlap{}
+	}
 	var tl Timeline
 	stats := make([]workerStats, n)
 	runCtx, stop := context.WithCancel(ctx)
@@ -232,7 +299,8 @@ func (r *Runner) HotKey(ctx context.Context, s Strategy, p Path, n int, d time.D
 					}
 					continue
 				}
-				h, err := ws[i].Acquire(runCtx, key)
+				keys := sectionKeys(pool, per, i, st.total+st.errors)
+				h, err := acquireSet(runCtx, ws[i], keys)
 				t1 := time.Now()
 				if t1.After(winStart) {
 					st.maxWait = max(st.maxWait, t1.Sub(t0))
@@ -247,20 +315,31 @@ func (r *Runner) HotKey(ctx context.Context, s Strategy, p Path, n int, d time.D
 				}
 				cctx, cancel := context.WithTimeout(csBase, 30*time.Second)
 				cs0 := time.Now()
-				ov.Enter()
-				v, err := ReadCounter(cctx, env.Data, r.DataTable, key)
-				read := time.Since(cs0)
-				if err == nil {
-					err = WriteCounter(cctx, env.Data, r.DataTable, key, v+1)
+				for _, k := range keys {
+					ov[k].Enter()
+				}
+				var read time.Duration
+				for _, k := range keys {
+					r0 := time.Now()
+					v, rerr := ReadCounter(cctx, env.Data, r.DataTable, k)
+					read += time.Since(r0)
+					if err = rerr; err == nil {
+						err = WriteCounter(cctx, env.Data, r.DataTable, k, v+1)
+					}
+					if err != nil {
+						break
+					}
 				}
 				cs1 := time.Now()
-				ov.Exit()
+				for _, k := range keys {
+					ov[k].Exit()
+				}
 				if err == nil {
 					st.total++
 					if within(cs1) {
 						st.inWindow++
 						st.csTimes = append(st.csTimes, cs1.Sub(cs0))
-						st.reads = append(st.reads, read)
+						st.reads = append(st.reads, read/time.Duration(len(keys)))
 						tl.Add(Interval{Worker: i, Start: cs0, End: cs1})
 					}
 				} else {
@@ -284,9 +363,13 @@ func (r *Runner) HotKey(ctx context.Context, s Strategy, p Path, n int, d time.D
 		}
 	}
 
-	counter, err := ReadCounter(csBase, env.Data.Next, r.DataTable, key)
-	if err != nil {
-		return rec, err
+	var counter int64
+	for _, k := range pool {
+		v, err := ReadCounter(csBase, env.Data.Next, r.DataTable, k)
+		if err != nil {
+			return rec, err
+		}
+		counter += v
 	}
 	var perWorker []int
 	var total, inWindow int
@@ -355,12 +438,16 @@ func (r *Runner) HotKey(ctx context.Context, s Strategy, p Path, n int, d time.D
 			rec.HandoffP50ms = fp(ms(Percentile(h, 50)))
 			rec.HandoffP99ms = fp(ms(Percentile(h, 99)))
 		}
-		rec.DoubleHolders = i64p(ov.Events())
+		var events int64
+		for _, o := range ov {
+			events += o.Events()
+		}
+		rec.DoubleHolders = i64p(events)
 	}
 	rec.Jain = fp(Jain(perWorker))
 	rec.MaxWaitMs = fp(ms(maxWait))
 	rec.Starved = ip(starved)
-	rec.LostUpdates = i64p(int64(total) - counter)
+	rec.LostUpdates = i64p(int64(total*per) - counter)
 	rec.PerWorker = perWorker
 	stalls(&rec, env)
 	return rec, nil

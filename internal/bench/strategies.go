@@ -49,6 +49,13 @@ func leaseHeld(l *lockcore.Lease) *Held {
 	return &Held{Release: l.Release, Valid: func() bool { return l.Remaining() > 0 }}
 }
 
+// SetWorker is a worker with a multi-key acquisition of its own (Mutex.AcquireAll);
+// the multi-key scenario takes other workers' keys one at a time in canonical order.
+type SetWorker interface {
+	// AcquireSet takes every key (sorted, distinct) or none.
+	AcquireSet(ctx context.Context, keys []string) (*Held, error)
+}
+
 // Optimist is a worker without a lock: it increments the counter item itself,
 // conditioned on the version it read (lockcore.Versioned).
 type Optimist interface {
@@ -62,7 +69,10 @@ type Strategy struct {
 	Baseline bool // a published design, kept in the bench only
 	// Modes are the takeover modes the takeover scenario runs; none: not measured.
 	Modes []TakeoverCase
-	New   func(env *Env, owner string, t Tuning) (Worker, error)
+	// MultiKey: the strategy has a multi-key acquisition of its own (its workers are
+	// SetWorkers); only such strategies run the multi-key scenario.
+	MultiKey bool
+	New      func(env *Env, owner string, t Tuning) (Worker, error)
 }
 
 // TakeoverCase is one takeover mode of a strategy.
@@ -153,8 +163,9 @@ func Strategies() []Strategy {
 			},
 		},
 		{
-			Name:  "multi",
-			About: "lockcore.Mutex.AcquireAll on two keys (the hot key and a second one), canonical order",
+			Name:     "multi",
+			About:    "lockcore.Mutex.AcquireAll, canonical order: the hot key and a second one (hot key); the section's keys (multi-key)",
+			MultiKey: true,
 			New: func(env *Env, owner string, t Tuning) (Worker, error) {
 				m, err := lockcore.NewMutex(env.Lock, env.LockTable, lockcoreOptions(owner, t)...)
 				if err != nil {
@@ -231,7 +242,11 @@ func (w mutexWorker) Acquire(ctx context.Context, key string) (*Held, error) {
 type multiWorker struct{ m *lockcore.Mutex }
 
 func (w multiWorker) Acquire(ctx context.Context, key string) (*Held, error) {
-	ml, err := w.m.AcquireAll(ctx, []string{key + "#b", key})
+	return w.AcquireSet(ctx, []string{key + "#b", key})
+}
+
+func (w multiWorker) AcquireSet(ctx context.Context, keys []string) (*Held, error) {
+	ml, err := w.m.AcquireAll(ctx, keys)
 	if err != nil {
 		return nil, err
 	}
