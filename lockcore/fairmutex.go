@@ -9,7 +9,9 @@ import (
 	"sync"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/expression"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 )
 
@@ -214,7 +216,7 @@ var legacyRemoved = []string{attrOwner, attrLeaseID, attrUntil, attrData, attrPr
 // held by an old client it waits (by observation, or by wall clock in that mode) as the
 // previous release did, and converts the row when it takes it over.
 func (m *Mutex) take(ctx context.Context, key string, ac *acquireConfig, start time.Time, st *acqStats) (_ *mutexHold, _ mutexRow, _ time.Time, retErr error) {
-	h := m.newHold(key, ac.namespace, randomHex(6))
+	h := m.newHold(key, ac.namespace, compactID())
 	lk := m.pk(key, ac.namespace)
 	free := noWait(ac.wait) || !m.memory.wasBusy(lk)
 	bo := backoff{base: m.cfg.backoffBase, cap: m.cfg.backoffCap}
@@ -321,7 +323,7 @@ func (m *Mutex) take(ctx context.Context, key string, ac *acquireConfig, start t
 				return nil, mutexRow{}, time.Time{}, fmt.Errorf("lockcore: acquire %q: ticket request withdrawn", key)
 			case row.ownEntry || tomb:
 				// Another acquisition's entry under our random id: draw another.
-				h = m.newHold(key, ac.namespace, randomHex(6))
+				h = m.newHold(key, ac.namespace, compactID())
 				continue
 			}
 			st.contended = st.contended || row.busy() || row.format == fmtLegacyHeld
@@ -515,8 +517,24 @@ func (m *Mutex) wait(ctx context.Context, h *mutexHold, row mutexRow, sent time.
 				return nil, m.giveUp(ctx, h, row, start, err)
 			}
 		}
+		// Only the next in line reads strongly consistently; waiters further back read
+		// eventually consistent (half the RCU) and only time their next read by it. Such
+		// a read shows a state the row really had, so the skips it may lead to stay safe
+		// (each is conditioned on the row as observed), but it may be old, so it never
+		// moves lastBefore.
 		send := m.cfg.clock.Now()
-		it, err := m.read(ctx, h.key, h.ns)
+		consistent := h.ticket-row.serving <= 1
+		var it item
+		var err error
+		if consistent {
+			it, err = m.read(ctx, h.key, h.ns)
+		} else {
+			var out *dynamodb.GetItemOutput
+			out, err = m.db.GetItem(ctx, &dynamodb.GetItemInput{TableName: aws.String(m.table), Key: m.keyOf(h.key, h.ns)})
+			if err == nil {
+				it = out.Item
+			}
+		}
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil, m.giveUp(ctx, h, row, start, ctx.Err())
@@ -533,7 +551,7 @@ func (m *Mutex) wait(ctx context.Context, h *mutexHold, row mutexRow, sent time.
 		now = m.cfg.clock.Now()
 		rtt = (3*rtt + max(now.Sub(send), time.Millisecond)) / 4
 		next := parseMutexRow(it, h.wattr)
-		if next.serving < h.ticket {
+		if consistent && next.serving < h.ticket {
 			lastBefore = send
 		}
 		if next.life == row.life {
