@@ -481,12 +481,19 @@ func (m *Mutex) wait(ctx context.Context, h *mutexHold, row mutexRow, sent time.
 	defer func() { m.cfg.seen.store(pk, obs) }()
 	row.seeServed(&obs, m.cfg.clock.Now())
 	bo := backoff{base: m.cfg.backoffBase, cap: m.cfg.backoffCap}
+	rowConsistent := true // row came from a strongly consistent read (or the take)
 	for row.serving != h.ticket {
 		now := m.cfg.clock.Now()
-		if !row.exists || row.format != fmtFair || row.life != h.life || row.serving > h.ticket {
+		gone := !row.exists || row.format != fmtFair || row.life != h.life
+		if row.serving > h.ticket || (gone && rowConsistent) {
 			return nil, errTicketSkipped
 		}
-		if ok, stalled := m.skippable(row, obs, now); ok {
+		ok, stalled := m.skippable(row, obs, now)
+		switch {
+		case gone:
+			// An eventually consistent read may show the row before our ticket was
+			// issued: look again, consistently, before giving the ticket up.
+		case ok:
 			if m.skip(ctx, h, row) {
 				if stalled {
 					h.skippedStalled = true
@@ -495,7 +502,7 @@ func (m *Mutex) wait(ctx context.Context, h *mutexHold, row mutexRow, sent time.
 			} else if err := sleep(ctx, bo.next()); err != nil {
 				return nil, m.giveUp(ctx, h, row, start, err)
 			}
-		} else {
+		default:
 			waited := now.Sub(start)
 			p := ac.wait
 			if !p.forever && waited >= p.max {
@@ -523,7 +530,7 @@ func (m *Mutex) wait(ctx context.Context, h *mutexHold, row mutexRow, sent time.
 		// (each is conditioned on the row as observed), but it may be old, so it never
 		// moves lastBefore.
 		send := m.cfg.clock.Now()
-		consistent := h.ticket-row.serving <= 1
+		consistent := h.ticket-row.serving <= 1 || gone
 		var it item
 		var err error
 		if consistent {
@@ -560,7 +567,7 @@ func (m *Mutex) wait(ctx context.Context, h *mutexHold, row mutexRow, sent time.
 			pc.restart(send)
 		}
 		next.seeServed(&obs, now)
-		row = next
+		row, rowConsistent = next, consistent
 	}
 	served = true
 	h.next = row.next
