@@ -68,7 +68,10 @@ func ParseStrategy(s string) (Strategy, error) {
 //
 // A TicketLock row records no wall-clock lease end (handoffs carry none), so a ticket
 // lock is never reported abandoned by one read; watch its (serving, revision) instead:
-// a holder whose pair stays unchanged for a full lease is skipped by its waiters.
+// a holder whose pair stays unchanged for a full lease is skipped by its waiters. A Mutex
+// row records the served ticket's lease end (written by the handoff that served it and
+// by every heartbeat); a holder shows as held without a lease end only after a
+// force-release handed the lock on, until its first heartbeat.
 type LockState string
 
 // Lock states.

@@ -35,13 +35,91 @@ const (
 	stateReleased = "released"
 )
 
-// Mutex is a lease-based mutual-exclusion lock on rows of a lock table (partition key
-// "pk", sort key "sk", TTL attribute "expiresAt"; CreateLockTable makes one).
+// Mutex is a fair, lease-based mutual-exclusion lock on rows of a lock table (partition
+// key "pk", sort key "sk" = namespace, TTL attribute "expiresAt"; CreateLockTable makes
+// one). Waiters are served in arrival order: the lock row is a ticket lock, as
+// TicketLock's, and also records each ticket's owner, lease and data.
 //
-// An uncontended critical section costs two calls: one conditional UpdateItem to
-// acquire (which also returns the holder when it fails) and one to release; heartbeats
-// add one call per interval. The first acquisition of a key, and the first after its
-// row was deleted, costs two more calls to start a new fence epoch.
+// Row (see fairmutex.go for the attributes): state "fair"; fence, the last ticket
+// issued; serving, the ticket allowed in; rev, bumped by every handoff, skip and
+// heartbeat; life, the row life's random id; epoch, its fence epoch; per issued,
+// unfinished ticket a w#<id> entry (the ticket) and a d#<id> entry ([owner, lease ms,
+// data]) written by the update that issued it, where "<owner>#<id>" is the lease id; the
+// served ticket's wall-clock lease end (hUntil, with hFor naming the ticket).
+//
+// Protocol:
+//
+//	acquire    one UpdateItem returning the row. When nobody holds or waits (or the row
+//	           is absent, or released by a client of the previous release) the ticket is
+//	           served at once: fence + 1 = serving = our ticket, hUntil = now + lease.
+//	           Otherwise ADD a ticket behind the others. Uncontended: one call.
+//	wait       GetItem of the row (strongly consistent for the next in line, eventually
+//	           consistent further back), timed by position and measured pace (pace.go),
+//	           until serving reaches the ticket.
+//	release    serving + 1 and our entries removed, if serving = our ticket and our
+//	           entry names our owner (one UpdateItem). With a ticket behind us it records
+//	           that ticket's hUntil; with none the row is kept for the retention period.
+//	heartbeat  rev + 1, hUntil = now + lease, if the ticket is still served.
+//	skip       serving + 1, conditioned on (serving, rev, life) as observed: at once for a
+//	           served ticket without an entry (withdrawn); after the served ticket's own
+//	           lease of unchanged (serving, rev) on the waiter's monotonic clock
+//	           (ObserveTakeover); or once hUntil + skew lies behind the waiter's wall clock,
+//	           hFor naming the served ticket (WallClockTakeover).
+//
+// An uncontended critical section costs two calls (acquire, release) plus heartbeats; a
+// contended one two writes plus a few reads, however many wait. The first acquisition
+// of a row life costs two more calls to start a fence epoch. Rows grow by a few dozen
+// bytes per waiting client (its owner name and data included).
+//
+// Validity. A ticket served at once counts its lease from the send time of its acquire.
+// A waiter whose ticket comes up counts it from the send time of its last strongly
+// consistent read that still showed an earlier ticket served. That read was processed
+// before the write that served our ticket, so before any other client can have seen the
+// new (serving, rev); a waiter skips a served ticket only after seeing the same (serving,
+// rev) for that ticket's full lease on its own clock, and every heartbeat changes rev. So
+// no client skips us while our lease is valid by our clock (clocks ticking at about the
+// same rate; wall clocks play no part). In wall-clock mode a handed-off holder also ends
+// its validity at the hUntil written for it (by its own wall clock), so a waiter whose
+// clock is within the skew allowance of ours skips us only after that. Tickets are served
+// in increasing order, so the fencing token epoch<<32 | ticket strictly increases; a row
+// deleted by TTL and created again starts a new epoch (fence.go).
+//
+// Owner check: renew, release and GuardCheck are conditioned on serving = the lease's
+// w# entry and on its d# entry naming the lease's owner, so another owner that knows the
+// lease id (Attach) gets ErrNotOwner and changes nothing.
+//
+// Ambiguous writes: an acquire is retried with the same entry id, so an earlier attempt
+// that landed fails the retry's condition and is recognised by its entry; a client that
+// gives up while an attempt may still land writes a tombstone under its id (see
+// TicketLock). A release whose response was lost is settled by rel (the last ticket
+// released) or skip.
+//
+// TTL. Acquisitions served at once, heartbeats, handoffs and skips set expiresAt a lease
+// and the TTL grace ahead (a queued acquisition leaves it to the holder); a release with
+// nobody behind sets the retention period. A holder that crashes with nobody waiting
+// leaves a row that TTL removes at its lease end plus the grace, and the janitor finds
+// its owner, lease id and data in the served ticket's entries.
+//
+// Rolling deploys. Clients of the previous release (one conditional put per attempt:
+// acquire if the row is absent, state = released, its until + skew is past, or its
+// (leaseId, rev) was watched unchanged for a lease; release and renew conditioned on
+// leaseId, owner and state = held) may run beside these on the same rows. Neither can
+// take a row the other holds:
+//
+//   - A row in the ticket format has state "fair", never "held" or "released", and no
+//     until or leaseId attribute, so every condition of an old acquisition fails on it,
+//     held or not, and an old client never watches it as a lease (it reports it held and
+//     waits); old renewals, releases, epoch writes and guards fail too.
+//   - This client's acquisition succeeds only on an absent row, a state = released row
+//     (old format), a "fair" row with serving > fence (nobody holds or waits), or, after
+//     watching an old lease's (leaseId, rev) unchanged for its lease (or, in wall-clock
+//     mode, its until + skew past), a state = held row still showing that lease; every
+//     other queue update requires state "fair". So a row an old client holds is taken
+//     only as the previous release itself would take it over, and the conversion keeps
+//     the row's epoch and continues its fence counter (tokens keep rising).
+//
+// Old clients cannot acquire a row once it is in the ticket format: they wait until they
+// are replaced. TestMutexMixedWithPreviousRelease plays both sides.
 type Mutex struct {
 	db    DynamoDB
 	table string

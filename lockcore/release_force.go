@@ -127,15 +127,18 @@ func (o *ForceOptions) validate(key string) error {
 // ErrInvalidOption / ErrInvalidKey for bad arguments.
 //
 // It is one TransactWriteItems of two writes, both or neither. The first updates the
-// lock row, conditioned on the lease read just before (Mutex: lease id, revision and
-// state held; TicketLock: serving ticket, revision, row life and the served ticket's
-// entry), so a lease that changed hands meanwhile is never ended by mistake; a
-// heartbeat of the same lease (a new revision) is re-read and retried.
+// lock row, conditioned on the lease read just before (Mutex and TicketLock: serving
+// ticket, revision, row life and the served ticket's entry; a Mutex row of the previous
+// release: lease id, revision and state held), so a lease that changed hands meanwhile
+// is never ended by mistake; a heartbeat of the same lease (a new revision) is re-read
+// and retried.
 //
-//   - Mutex: state released, the lease id replaced by a marker (prevLease names the
-//     ended lease), fence + 1, until and data removed. The old holder's renew, Release
-//     and GuardCheck fail with ErrLeaseLost, and the next holder's token is at least
-//     two sequence numbers above the ended one.
+//   - Mutex: the served ticket is skipped (serving + 1, its entries removed, the next
+//     ticket's lease end left unrecorded), as a waiter skips a holder that stopped
+//     heartbeating; the next ticket enters with a higher token. The old holder's renew,
+//     Release and GuardCheck fail with ErrLeaseLost. (A row of the previous release:
+//     state released, the lease id replaced by a marker, prevLease naming the ended
+//     lease, fence + 1, until and data removed.)
 //   - TicketLock: the served ticket is skipped (serving + 1, its entry removed), the
 //     write a waiter makes after a holder stopped heartbeating. The old holder's renew,
 //     Release and GuardCheck fail with ErrLeaseLost; the next ticket enters with a
