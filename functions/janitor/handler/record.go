@@ -84,6 +84,22 @@ func DecodeRecord(rec events.DynamoDBEventRecord) (lease AbandonedLease, ok bool
 	return l, held, nil
 }
 
+// HeldLease returns the lease a lock-table row image records as held, in either of
+// lockcore's Mutex formats (ok false: none, or not a lock row).
+func HeldLease(img map[string]events.DynamoDBAttributeValue) (lease AbandonedLease, ok bool) {
+	pk, okPK := imgString(img, "pk")
+	sk, okSK := imgString(img, "sk")
+	if !okPK || !okSK || strings.HasPrefix(pk, reservedPrefix) || strings.HasSuffix(sk, counterSuffix) {
+		return AbandonedLease{}, false
+	}
+	return decodeLockImage(img, pk, sk)
+}
+
+// HeldLeaseOfItem is HeldLease of an item read from the lock table.
+func HeldLeaseOfItem(it map[string]types.AttributeValue) (AbandonedLease, bool) {
+	return HeldLease(streamImage(it))
+}
+
 // decodeLockImage returns the lease a Mutex row (in either of lockcore's formats) records
 // as held; held is false when it records none.
 func decodeLockImage(img map[string]events.DynamoDBAttributeValue, pk, sk string) (lease AbandonedLease, held bool) {
