@@ -374,7 +374,7 @@ func (m *Mutex) take(ctx context.Context, key string, ac *acquireConfig, start t
 				free = true
 			}
 			if flips > 2 { // the row keeps changing under us: let it settle
-				if err := sleep(ctx, bo.next()); err != nil {
+				if err := sleep(ctx, m.cfg.backoffBase); err != nil {
 					return nil, mutexRow{}, time.Time{}, &HeldError{Key: key, Holder: row.holder(), Waited: m.cfg.clock.Now().Sub(start), Cause: err}
 				}
 			}
@@ -405,17 +405,18 @@ func (r mutexRow) seeServed(obs *observer, now time.Time) {
 }
 
 // skippable reports whether the served ticket of a busy row may be skipped now: its
-// owner withdrew it (no entry), or (observation) obs has seen the same (serving, rev)
-// for the ticket's full lease, or (wall clock) its recorded lease end plus the skew
-// allowance lies in the past.
+// owner withdrew it (no entry), or obs has seen the same (serving, rev) for the ticket's
+// full lease, or (wall-clock mode) its recorded lease end plus the skew allowance lies
+// in the past.
 func (m *Mutex) skippable(row mutexRow, obs observer, now time.Time) (ok, stalled bool) {
-	switch {
-	case !row.servedEntry:
+	if !row.servedEntry {
 		return true, false
-	case m.cfg.takeover.wallClock:
-		return row.hFor == row.serving && row.hUntil > 0 &&
-			time.UnixMilli(row.hUntil).Add(m.cfg.takeover.skew).Before(now), true
 	}
+	if m.cfg.takeover.wallClock && row.hFor == row.serving && row.hUntil > 0 &&
+		time.UnixMilli(row.hUntil).Add(m.cfg.takeover.skew).Before(now) {
+		return true, true
+	}
+	// Observation: always safe, and the only way where no lease end is recorded.
 	return obs.leaseID == row.servedKey() && obs.rev == row.rev && obs.lease > 0 && now.Sub(obs.since) >= obs.lease, true
 }
 
