@@ -405,18 +405,20 @@ func (r mutexRow) seeServed(obs *observer, now time.Time) {
 }
 
 // skippable reports whether the served ticket of a busy row may be skipped now: its
-// owner withdrew it (no entry), or obs has seen the same (serving, rev) for the ticket's
-// full lease, or (wall-clock mode) its recorded lease end plus the skew allowance lies
-// in the past.
+// owner withdrew it (no entry); in wall-clock mode with a lease end recorded for it,
+// that lease end plus the skew allowance lies in the past; otherwise obs has seen the
+// same (serving, rev) for the ticket's full lease.
 func (m *Mutex) skippable(row mutexRow, obs observer, now time.Time) (ok, stalled bool) {
 	if !row.servedEntry {
 		return true, false
 	}
-	if m.cfg.takeover.wallClock && row.hFor == row.serving && row.hUntil > 0 &&
-		time.UnixMilli(row.hUntil).Add(m.cfg.takeover.skew).Before(now) {
-		return true, true
+	if m.cfg.takeover.wallClock && row.hFor == row.serving && row.hUntil > 0 {
+		// Wall-clock mode, as the previous release's: the recorded lease end plus the
+		// allowance decides alone (an application may choose a long allowance so that
+		// TTL, not a waiter, removes a dead holder's row: see internal/demo).
+		return time.UnixMilli(row.hUntil).Add(m.cfg.takeover.skew).Before(now), true
 	}
-	// Observation: always safe, and the only way where no lease end is recorded.
+	// Observation: the default mode, and wall-clock mode where no lease end is recorded.
 	return obs.leaseID == row.servedKey() && obs.rev == row.rev && obs.lease > 0 && now.Sub(obs.since) >= obs.lease, true
 }
 
@@ -514,9 +516,10 @@ func (m *Mutex) wait(ctx context.Context, h *mutexHold, row mutexRow, sent time.
 			// at least ten times a lease so the takeover clock starts soon after the
 			// holder's last heartbeat.
 			lease := max(row.servedLease(), time.Millisecond)
-			d = min(d, lease/10, obs.since.Add(lease).Sub(now)+time.Millisecond)
 			if m.cfg.takeover.wallClock && row.hFor == row.serving && row.hUntil > 0 {
-				d = min(d, time.UnixMilli(row.hUntil).Add(m.cfg.takeover.skew).Sub(now)+time.Millisecond)
+				d = min(d, lease/10, time.UnixMilli(row.hUntil).Add(m.cfg.takeover.skew).Sub(now)+time.Millisecond)
+			} else {
+				d = min(d, lease/10, obs.since.Add(lease).Sub(now)+time.Millisecond)
 			}
 			if !p.forever {
 				d = min(d, p.max-waited)
