@@ -14,10 +14,12 @@
 //     read that shows it, so a contended section costs two writes plus a few polls. Use
 //     it whenever the protected data is one item — it is the cheapest lock. Takeover by
 //     observation or by wall clock.
-//   - Mutex (lease mutex): a lock row in a separate lock table, for protecting anything
-//     (several items, other tables, external systems). Two calls per uncontended
-//     critical section; guard your writes with GuardCheck (in a transaction) or with
-//     FenceCondition on the data.
+//   - Mutex (fair lease mutex): a lock row in a separate lock table, for protecting
+//     anything (several items, other tables, external systems). Waiters enter in arrival
+//     order (the row is a ticket lock that also records each ticket's owner, lease and
+//     data). Two calls per uncontended critical section, two writes plus a few reads per
+//     contended one; guard your writes with GuardCheck (in a transaction) or with
+//     FenceCondition on the data. Both takeover modes.
 //   - TicketLock (fair ticket lock): waiters enter strictly in arrival order, and the
 //     whole queue is one row (a ticket counter and a now-serving counter). Two writes per
 //     critical section plus a few one-RCU reads timed by queue position, however many
@@ -67,9 +69,11 @@
 // # Waiting
 //
 // Acquire waits as its WaitPolicy says: NoWait, WaitUpTo(d) or WaitForever (the
-// default, bounded by the context). Waiters back off exponentially with full jitter,
-// capped (WithBackoff), and wake exactly when a takeover becomes possible. A context
-// deadline always wins.
+// default, bounded by the context). The ticket strategies (Mutex, TicketLock, Queue)
+// time their reads by queue position and the queue's measured pace; ItemLocker and
+// Mutex waiting on a row of the previous release back off exponentially with full
+// jitter, capped (WithBackoff). All wake exactly when a takeover becomes possible. A
+// context deadline always wins.
 //
 // # Tables
 //

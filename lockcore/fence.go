@@ -42,46 +42,6 @@ func keeperKey(key string) string {
 	return fmt.Sprintf("%sfence#%04d", reservedPrefix, h.Sum32()%fenceBuckets)
 }
 
-// startEpoch gives a freshly created lock row, held by leaseID, its epoch.
-func (m *Mutex) startEpoch(ctx context.Context, key, ns, leaseID string) (int64, error) {
-	epoch, err := takeEpoch(ctx, m.db, m.table, key, backoff{base: m.cfg.backoffBase, cap: m.cfg.backoffCap})
-	if err != nil {
-		return 0, err
-	}
-	// Record it on the row, only while we still hold it and nobody recorded one.
-	e := expr(expression.NewBuilder().
-		WithCondition(expression.And(
-			expression.Equal(name(attrLeaseID), value(leaseID)),
-			expression.Equal(name(attrState), value(stateHeld)),
-			expression.AttributeNotExists(name(attrEpoch)))).
-		WithUpdate(expression.Set(name(attrEpoch), value(epoch))))
-	bo := backoff{base: m.cfg.backoffBase, cap: m.cfg.backoffCap}
-	for {
-		_, err = m.db.UpdateItem(ctx, conditionalUpdate(m.table, m.keyOf(key, ns), e, types.ReturnValueNone), noSDKRetry)
-		if err == nil {
-			return epoch, nil
-		}
-		switch classify(err) {
-		case errCondition:
-			old, ok := conditionOld(err)
-			if !ok {
-				old, _ = m.read(ctx, key, ns)
-			}
-			if attrS(old, attrLeaseID) == leaseID && attrS(old, attrState) == stateHeld {
-				if ep, ok := attrN(old, attrEpoch); ok {
-					return ep, nil // our earlier attempt landed
-				}
-			}
-			return 0, &LeaseError{Op: "acquire", Key: key, LeaseID: leaseID, Current: holderOf(old), Err: ErrLeaseLost}
-		case errFatal:
-			return 0, fmt.Errorf("lockcore: acquire %q: set fence epoch: %w", key, err)
-		}
-		if serr := sleep(ctx, bo.next()); serr != nil {
-			return 0, fmt.Errorf("lockcore: acquire %q: set fence epoch: %w (last error: %v)", key, serr, err)
-		}
-	}
-}
-
 // takeEpoch takes the next epoch from key's keeper row. ADD is atomic and a retried ADD
 // only skips a number, which is fine: so a throttled or ambiguous call is simply retried
 // until it succeeds or ctx ends.

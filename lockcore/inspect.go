@@ -68,7 +68,10 @@ func ParseStrategy(s string) (Strategy, error) {
 //
 // A TicketLock row records no wall-clock lease end (handoffs carry none), so a ticket
 // lock is never reported abandoned by one read; watch its (serving, revision) instead:
-// a holder whose pair stays unchanged for a full lease is skipped by its waiters.
+// a holder whose pair stays unchanged for a full lease is skipped by its waiters. A Mutex
+// row records the served ticket's lease end (written by the handoff that served it and
+// by every heartbeat); a holder shows as held without a lease end only after a
+// force-release handed the lock on, until its first heartbeat.
 type LockState string
 
 // Lock states.
@@ -297,6 +300,9 @@ func secTime(it item, attr string) time.Time {
 
 // mutexLock decodes a Mutex row.
 func (in *Inspector) mutexLock(it item, now time.Time) Lock {
+	if attrS(it, attrState) == stateFair {
+		return in.fairMutexLock(it, now)
+	}
 	key, ns := attrS(it, attrPK), attrS(it, attrSK)
 	rev, _ := attrN(it, attrRev)
 	epoch, _ := attrN(it, attrEpoch)
@@ -314,6 +320,41 @@ func (in *Inspector) mutexLock(it item, now time.Time) Lock {
 		if in.abandoned(l.Holder.Until, now) {
 			l.State = LockAbandoned
 		}
+	}
+	return l
+}
+
+// fairMutexLock decodes a Mutex row in the ticket format: the served ticket's entry is
+// the holder (abandoned when its recorded lease end plus the skew allowance passed), the
+// later tickets' entries are the waiters, in order.
+func (in *Inspector) fairMutexLock(it item, now time.Time) Lock {
+	row := parseMutexRow(it, "")
+	l := Lock{Key: attrS(it, attrPK), Namespace: attrS(it, attrSK), Strategy: StrategyMutex, State: LockReleased,
+		Revision: row.rev, Expires: secTime(it, attrExpiresAt), LastForced: forcedOnRow(it, StrategyMutex),
+		Tickets: &TicketCounters{Serving: row.serving, Next: row.next, Released: row.rel, Skipped: row.skip, Life: row.life},
+		Fence:   fenceInfo(makeFence(row.epoch, min(row.serving, row.next))), ReadAt: now}
+	if row.busy() && row.servedEntry {
+		h := row.holder()
+		l.Holder = &LockHolder{Owner: h.Owner, LeaseID: h.LeaseID, Ticket: row.serving, Until: h.Until, Lease: h.Lease}
+		if row.hFor == row.serving {
+			l.Holder.AcquiredAt = msTime(it, attrHSince)
+		}
+		l.Data = row.details[row.serving].data
+		l.State = LockHeld
+		if in.abandoned(l.Holder.Until, now) {
+			l.State = LockAbandoned
+		}
+	}
+	var tickets []int64
+	for tk := range row.waiters {
+		if tk > row.serving {
+			tickets = append(tickets, tk)
+		}
+	}
+	slices.Sort(tickets)
+	for i, tk := range tickets {
+		d := row.details[tk]
+		l.Waiters = append(l.Waiters, Waiter{Position: i + 1, Ticket: tk, Owner: d.owner, LeaseID: d.owner + nsSeparator + row.entryID(tk)})
 	}
 	return l
 }

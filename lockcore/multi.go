@@ -49,6 +49,9 @@ func (ml *MultiLease) Release(ctx context.Context) error {
 // AcquireAll takes the locks on every key, all or nothing. Keys are deduplicated and
 // taken in one canonical (byte-wise sorted) order, so two callers wanting overlapping
 // sets can never deadlock: each waits only for keys ordered after every key it holds.
+// Each key is a fair acquisition (a ticket, served in arrival order); while it holds
+// earlier keys, a waiter times its reads of the next key close to its turn, so that it
+// does not hold them needlessly long.
 // The wait policy covers the whole set. On failure every lock already taken is released
 // and the error names the key that could not be had.
 func (m *Mutex) AcquireAll(ctx context.Context, keys []string, opts ...AcquireOption) (*MultiLease, error) {
@@ -69,12 +72,18 @@ func (m *Mutex) AcquireAll(ctx context.Context, keys []string, opts ...AcquireOp
 	}
 	start := m.cfg.clock.Now()
 	ml := &MultiLease{}
-	for _, k := range sorted {
+	for i, k := range sorted {
 		policy := ac.wait
 		if !policy.forever && policy.max > 0 {
 			policy = WaitUpTo(max(0, policy.max-m.cfg.clock.Now().Sub(start)))
 		}
-		l, err := m.Acquire(ctx, k, append(slices.Clone(opts), policy)...)
+		kopts := append(slices.Clone(opts), policy)
+		if i > 0 {
+			// Holding earlier keys: wait for this one without far sleeps, so as not to
+			// hold them past our turn here.
+			kopts = append(kopts, acquireFunc(func(a *acquireConfig) error { a.urgent = true; return nil }))
+		}
+		l, err := m.Acquire(ctx, k, kopts...)
 		if err != nil {
 			rctx, cancel := detached(ctx)
 			_ = ml.Release(rctx)

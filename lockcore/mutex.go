@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -34,17 +35,101 @@ const (
 	stateReleased = "released"
 )
 
-// Mutex is a lease-based mutual-exclusion lock on rows of a lock table (partition key
-// "pk", sort key "sk", TTL attribute "expiresAt"; CreateLockTable makes one).
+// Mutex is a fair, lease-based mutual-exclusion lock on rows of a lock table (partition
+// key "pk", sort key "sk" = namespace, TTL attribute "expiresAt"; CreateLockTable makes
+// one). Waiters are served in arrival order: the lock row is a ticket lock, as
+// TicketLock's, and also records each ticket's owner, lease and data.
 //
-// An uncontended critical section costs two calls: one conditional UpdateItem to
-// acquire (which also returns the holder when it fails) and one to release; heartbeats
-// add one call per interval. The first acquisition of a key, and the first after its
-// row was deleted, costs two more calls to start a new fence epoch.
+// Row (see fairmutex.go for the attributes): state "fair"; fence, the last ticket
+// issued; serving, the ticket allowed in; rev, bumped by every handoff, skip and
+// heartbeat; life, the row life's random id; epoch, its fence epoch; per issued,
+// unfinished ticket a w#<id> entry (the ticket) and a d#<id> entry ([owner, lease ms,
+// data]) written by the update that issued it, where "<owner>#<id>" is the lease id; the
+// served ticket's wall-clock lease end (hUntil, with hFor naming the ticket).
+//
+// Protocol:
+//
+//	acquire    one UpdateItem returning the row. When nobody holds or waits (or the row
+//	           is absent, or released by a client of the previous release) the ticket is
+//	           served at once: fence + 1 = serving = our ticket, hUntil = now + lease.
+//	           Otherwise ADD a ticket behind the others. Uncontended: one call.
+//	wait       GetItem of the row (strongly consistent for the next in line, eventually
+//	           consistent further back), timed by position and measured pace (pace.go),
+//	           until serving reaches the ticket.
+//	release    serving + 1 and our entries removed, if serving = our ticket and our
+//	           entry names our owner (one UpdateItem). With a ticket behind us it records
+//	           that ticket's hUntil; with none the row is kept for the retention period.
+//	heartbeat  rev + 1, hUntil = now + lease, if the ticket is still served.
+//	skip       serving + 1, conditioned on (serving, rev, life) as observed: at once for a
+//	           served ticket without an entry (withdrawn); after the served ticket's own
+//	           lease of unchanged (serving, rev) on the waiter's monotonic clock
+//	           (ObserveTakeover); or once hUntil + skew lies behind the waiter's wall clock,
+//	           hFor naming the served ticket (WallClockTakeover).
+//
+// An uncontended critical section costs two calls (acquire, release) plus heartbeats; a
+// contended one two writes plus a few reads, however many wait. The first acquisition
+// of a row life costs two more calls to start a fence epoch. Rows grow by about 30
+// bytes plus the owner name (and data) per waiting client, and DynamoDB charges a write
+// one WCU per started KB of the row: with 10-byte owner names a row passes 1 KB at about
+// 20 waiters and 2 KB at about 45, so each write of a queue that long costs 2 or 3 WCU
+// (TicketLock, whose entries name no owner, stays under 1 KB with 64 waiters).
+//
+// Validity. A ticket served at once counts its lease from the send time of its acquire.
+// A waiter whose ticket comes up counts it from the send time of its last strongly
+// consistent read that still showed an earlier ticket served. That read was processed
+// before the write that served our ticket, so before any other client can have seen the
+// new (serving, rev); a waiter skips a served ticket only after seeing the same (serving,
+// rev) for that ticket's full lease on its own clock, and every heartbeat changes rev. So
+// no client skips us while our lease is valid by our clock (clocks ticking at about the
+// same rate; wall clocks play no part). In wall-clock mode a handed-off holder also ends
+// its validity at the hUntil written for it (by its own wall clock), so a waiter whose
+// clock is within the skew allowance of ours skips us only after that. Tickets are served
+// in increasing order, so the fencing token epoch<<32 | ticket strictly increases; a row
+// deleted by TTL and created again starts a new epoch (fence.go).
+//
+// Owner check: renew, release and GuardCheck are conditioned on serving = the lease's
+// w# entry and on its d# entry naming the lease's owner, so another owner that knows the
+// lease id (Attach) gets ErrNotOwner and changes nothing.
+//
+// Ambiguous writes: an acquire is retried with the same entry id, so an earlier attempt
+// that landed fails the retry's condition and is recognised by its entry; a client that
+// gives up while an attempt may still land writes a tombstone under its id (see
+// TicketLock). A release whose response was lost is settled by rel (the last ticket
+// released) or skip.
+//
+// TTL. Acquisitions served at once, heartbeats, handoffs and skips set expiresAt a lease
+// and the TTL grace ahead (a queued acquisition leaves it to the holder); a release with
+// nobody behind sets the retention period. A holder that crashes with nobody waiting
+// leaves a row that TTL removes at its lease end plus the grace, and the janitor finds
+// its owner, lease id and data in the served ticket's entries.
+//
+// Rolling deploys. Clients of the previous release (one conditional put per attempt:
+// acquire if the row is absent, state = released, its until + skew is past, or its
+// (leaseId, rev) was watched unchanged for a lease; release and renew conditioned on
+// leaseId, owner and state = held) may run beside these on the same rows. Neither can
+// take a row the other holds:
+//
+//   - A row in the ticket format has state "fair", never "held" or "released", and no
+//     until or leaseId attribute, so every condition of an old acquisition fails on it,
+//     held or not, and an old client never watches it as a lease (it reports it held and
+//     waits); old renewals, releases, epoch writes and guards fail too.
+//   - This client's acquisition succeeds only on an absent row, a state = released row
+//     (old format), a "fair" row with serving > fence (nobody holds or waits), or, after
+//     watching an old lease's (leaseId, rev) unchanged for its lease (or, in wall-clock
+//     mode, its until + skew past), a state = held row still showing that lease; every
+//     other queue update requires state "fair". So a row an old client holds is taken
+//     only as the previous release itself would take it over, and the conversion keeps
+//     the row's epoch and continues its fence counter (tokens keep rising).
+//
+// Old clients cannot acquire a row once it is in the ticket format: they wait until they
+// are replaced. TestMutexMixedWithPreviousRelease plays both sides.
 type Mutex struct {
 	db    DynamoDB
 	table string
 	cfg   *config
+
+	pacing pacing      // per lock: this client's hold times, the queue's pace
+	memory mutexMemory // per lock: whether this client last found it busy
 }
 
 // NewMutex returns a Mutex on table. It validates the options.
@@ -86,35 +171,20 @@ func (m *Mutex) Acquire(ctx context.Context, key string, opts ...AcquireOption) 
 	t0 := m.cfg.clock.Now()
 	var st acqStats
 	defer func() { m.cfg.acquired(ctx, StrategyMutex, key, ac.namespace, t0, st, lease, err) }()
-	leaseID := newLeaseID(m.cfg.owner)
-	got, start, err := m.cfg.acquireItem(ctx, key, m.table+"\x00"+key+"\x00"+ac.namespace, ac.wait, &st,
-		func(ctx context.Context, stale *Holder) (item, *Holder, bool, error) {
-			return m.attempt(ctx, key, ac, leaseID, stale)
-		},
-		func(won item, _ *Holder) bool { return attrS(won, attrPrevState) == stateHeld },
-		func() { m.abandon(ctx, key, ac.namespace, leaseID) })
-	if err != nil {
-		return nil, err
-	}
-	epoch, ok := attrN(got, attrEpoch)
-	if !ok {
-		if epoch, err = m.startEpoch(ctx, key, ac.namespace, leaseID); err != nil {
-			m.abandon(ctx, key, ac.namespace, leaseID)
+	for {
+		h, row, sent, err := m.take(ctx, key, ac, t0, &st)
+		if err != nil {
 			return nil, err
 		}
-	}
-	fence, _ := attrN(got, attrFence)
-	l := newLease(m, m.cfg, ac.lease, key, ac.namespace, leaseID, makeFence(epoch, fence), start)
-	if ttl, _ := attrN(got, attrExpiresAt); m.cfg.ttlTooEarly(ttl, ac.lease+m.cfg.ttlGrace) {
-		// Our clock runs slow: TTL could remove the row while we hold it. Rewrite the
-		// TTL from the server's time before the lease is used.
-		if err := l.Renew(ctx); err != nil {
-			m.abandon(ctx, key, ac.namespace, leaseID)
-			return nil, err
+		if f := m.cfg.hooks.afterTicket; f != nil {
+			f(key, h.ticket)
 		}
+		l, err := m.wait(ctx, h, row, sent, ac, t0, &st)
+		if errors.Is(err, errTicketSkipped) {
+			continue // our ticket was skipped while we were away: queue again
+		}
+		return l, err
 	}
-	l.startHeartbeat(ctx, ac.heartbeat)
-	return l, nil
 }
 
 // TryAcquire takes the lock only if it is free now (NoWait).
@@ -131,89 +201,6 @@ func (m *Mutex) validate(key, ns string) error {
 
 func (m *Mutex) keyOf(key, ns string) item {
 	return item{attrPK: s(key), attrSK: s(ns)}
-}
-
-// attempt makes one conditional acquisition. It returns the new item when it won, or the
-// holder that blocked it.
-func (m *Mutex) attempt(ctx context.Context, key string, ac *acquireConfig, leaseID string, stale *Holder) (won item, holder *Holder, ambiguous bool, err error) {
-	now := m.cfg.clock.Now()
-	until := now.Add(ac.lease)
-	free := expression.Or(
-		expression.AttributeNotExists(name(attrPK)),
-		expression.Equal(name(attrState), value(stateReleased)),
-	)
-	if m.cfg.takeover.wallClock {
-		cutoff := now.Add(-m.cfg.takeover.skew).UnixMilli()
-		free = expression.Or(free, expression.LessThan(name(attrUntil), value(cutoff)))
-	}
-	if stale != nil {
-		free = expression.Or(free, expression.And(
-			expression.Equal(name(attrLeaseID), value(stale.LeaseID)),
-			expression.Equal(name(attrRev), value(stale.Rev)),
-		))
-	}
-	upd := expression.Set(name(attrState), value(stateHeld)).
-		Set(name(attrOwner), value(m.cfg.owner)).
-		Set(name(attrLeaseID), value(leaseID)).
-		Set(name(attrLeaseMs), value(ac.lease.Milliseconds())).
-		Set(name(attrUntil), value(until.UnixMilli())).
-		Set(name(attrExpiresAt), value(m.cfg.ttlAt(now, ac.lease+m.cfg.ttlGrace))).
-		Set(name(attrAcquiredAt), value(now.UnixMilli())).
-		Set(name(attrPrevLease), expression.IfNotExists(name(attrLeaseID), value("-"))).
-		Set(name(attrPrevState), expression.IfNotExists(name(attrState), value("-"))).
-		Add(name(attrRev), value(1)).
-		Add(name(attrFence), value(1))
-	if ac.data != nil {
-		upd = upd.Set(name(attrData), value(ac.data))
-	} else {
-		upd = upd.Remove(name(attrData))
-	}
-	e := expr(expression.NewBuilder().WithCondition(free).WithUpdate(upd))
-	out, err := m.db.UpdateItem(ctx, conditionalUpdate(m.table, m.keyOf(key, ac.namespace), e, types.ReturnValueAllNew), noSDKRetry)
-	if err == nil {
-		m.cfg.observeServer(out.ResultMetadata)
-		return out.Attributes, nil, false, nil
-	}
-	switch classify(err) {
-	case errCondition:
-		old, ok := conditionOld(err)
-		if !ok { // engine without ReturnValuesOnConditionCheckFailure
-			if old, err = m.read(ctx, key, ac.namespace); err != nil {
-				return nil, nil, false, nil // learned nothing; try again
-			}
-		}
-		if attrS(old, attrLeaseID) == leaseID && attrS(old, attrState) == stateHeld {
-			return old, nil, false, nil // an earlier attempt of ours landed
-		}
-		return nil, holderOf(old), false, nil
-	case errRetryable:
-		return nil, nil, false, nil
-	case errAmbiguous:
-		rctx, cancel := detached(ctx)
-		defer cancel()
-		cur, rerr := m.read(rctx, key, ac.namespace)
-		if rerr != nil {
-			return nil, nil, true, nil
-		}
-		if attrS(cur, attrLeaseID) == leaseID && attrS(cur, attrState) == stateHeld {
-			return cur, nil, false, nil // it landed
-		}
-		if ctx.Err() != nil {
-			return nil, nil, true, ctx.Err()
-		}
-		return nil, holderOf(cur), true, nil
-	default:
-		return nil, nil, false, fmt.Errorf("lockcore: acquire %q: %w", key, err)
-	}
-}
-
-// abandon releases, best effort, a lease that may have landed after this client gave up
-// on it, so that no orphaned lease outlives an ambiguous failure.
-func (m *Mutex) abandon(ctx context.Context, key, ns, leaseID string) {
-	ctx, cancel := detached(ctx)
-	defer cancel()
-	l := &Lease{key: key, namespace: ns, id: leaseID, owner: m.cfg.owner, clock: m.cfg.clock}
-	_ = m.release(ctx, l)
 }
 
 func holderOf(it item) *Holder {
@@ -260,16 +247,27 @@ func (m *Mutex) read(ctx context.Context, key, ns string) (item, error) {
 }
 
 // Get reads the lock's state with a strongly consistent read. It never changes anything.
+// The holder is the served ticket's (its Until is the recorded wall-clock lease end, zero
+// until the holder's first heartbeat when it entered by a handoff it did not see).
 func (m *Mutex) Get(ctx context.Context, key string, opts ...AcquireOption) (*LockInfo, error) {
 	it, ns, err := lookup(ctx, m.cfg, key, opts, m.validate, m.read)
 	if err != nil {
 		return nil, err
 	}
-	info := &LockInfo{Key: key, Namespace: ns, Holder: holderOf(it)}
-	if info.Holder != nil {
+	row := parseMutexRow(it, "")
+	info := &LockInfo{Key: key, Namespace: ns, Holder: row.holder()}
+	switch {
+	case row.format == fmtLegacyHeld:
 		info.Held = true
-		info.Expired = info.Holder.Until.Before(m.cfg.clock.Now())
 		info.Data = attrB(it, attrData)
+	case row.busy() && row.servedEntry:
+		info.Held = true
+		info.Data = row.details[row.serving].data
+	default:
+		info.Holder = nil
+	}
+	if info.Held {
+		info.Expired = !info.Holder.Until.IsZero() && info.Holder.Until.Before(m.cfg.clock.Now())
 	}
 	return info, nil
 }
@@ -285,7 +283,7 @@ func (m *Mutex) IsLocked(ctx context.Context, key string, opts ...AcquireOption)
 	if !info.Held {
 		return false, nil
 	}
-	return info.Holder.Until.Add(m.cfg.takeover.skew).After(m.cfg.clock.Now()), nil
+	return info.Holder.Until.IsZero() || info.Holder.Until.Add(m.cfg.takeover.skew).After(m.cfg.clock.Now()), nil
 }
 
 // Attach returns a handle on a lease acquired elsewhere (say, by another process that
@@ -303,7 +301,12 @@ func (m *Mutex) Attach(key, leaseID string, opts ...AcquireOption) (*Lease, erro
 	if leaseID == "" {
 		return nil, invalidOption("leaseID", "must not be empty")
 	}
-	return newLease(m, m.cfg, ac.lease, key, ac.namespace, leaseID, 0, m.cfg.clock.Now()), nil
+	id := leaseID
+	if i := strings.LastIndex(leaseID, nsSeparator); i >= 0 {
+		id = leaseID[i+1:]
+	}
+	h := m.newHold(key, ac.namespace, id)
+	return newLease(h, m.cfg, ac.lease, key, ac.namespace, leaseID, 0, m.cfg.clock.Now()), nil
 }
 
 // renew implements leaseOps.
@@ -429,14 +432,20 @@ func (m *Mutex) classifyOld(op string, l *Lease, old item) error {
 }
 
 // GuardCheck returns a TransactWriteItems entry that fails the caller's transaction
-// unless this lease is still held. Add it to a transaction that writes data protected by
-// the lock, so that a holder that lost its lease (paused past it, say) cannot write.
+// unless this lease is still held (its ticket is served and its entry names the lease's
+// owner; for a lease of the previous row format attached with Attach: the row names the
+// lease as held). Add it to a transaction that writes data protected by the lock, so
+// that a holder that lost its lease (paused past it, say) cannot write.
 // It returns an *OptionError naming the lease when l is nil.
 func (m *Mutex) GuardCheck(l *Lease) (types.TransactWriteItem, error) {
 	if l == nil {
 		return types.TransactWriteItem{}, invalidOption("lease", "must not be nil")
 	}
-	e := expr(expression.NewBuilder().WithCondition(m.ownedBy(l)))
+	cond := m.ownedBy(l) // the previous format: never true of a row in the ticket format
+	if h, ok := l.ops.(*mutexHold); ok {
+		cond = expression.Or(h.ours(l.owner), cond)
+	}
+	e := expr(expression.NewBuilder().WithCondition(cond))
 	return types.TransactWriteItem{ConditionCheck: &types.ConditionCheck{
 		TableName:                           aws.String(m.table),
 		Key:                                 m.keyOf(l.key, l.namespace),

@@ -38,7 +38,11 @@ func ObserveTakeover() TakeoverMode { return TakeoverMode{} }
 // WallClockTakeover lets a waiter take a lease as soon as the holder's recorded lease end
 // plus skew lies in the past by the waiter's wall clock. It is faster for a waiter that
 // arrives late, and safe only while every two clients' wall clocks differ by less than
-// skew.
+// skew. A Mutex records the lease end of the served ticket with every acquisition served
+// at once, handoff, skip and heartbeat, naming the ticket it belongs to; a holder that
+// entered by a handoff ends its own validity at the lease end written for it. Where no
+// lease end is recorded for the served ticket, Mutex waiters fall back to observation.
+// TicketLock supports ObserveTakeover only.
 func WallClockTakeover(skew time.Duration) TakeoverMode {
 	return TakeoverMode{wallClock: true, skew: skew}
 }
@@ -374,6 +378,7 @@ type acquireConfig struct {
 	data      []byte
 	lease     time.Duration
 	heartbeat time.Duration
+	urgent    bool // the caller holds other locks meanwhile (AcquireAll): never sleep far
 }
 
 // applyAcquire makes a WaitPolicy an AcquireOption: Acquire(ctx, key, WaitUpTo(d)).

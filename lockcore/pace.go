@@ -5,7 +5,7 @@ import (
 	"time"
 )
 
-// The FIFO strategies (TicketLock, Queue) poll: a waiter learns that its turn came only
+// The FIFO strategies (Mutex, TicketLock, Queue) poll: a waiter learns that its turn came only
 // by reading. Reads are the waiting's whole cost, and a read that comes late leaves the
 // lock idle, so waiters time their reads by their position in the queue and the pace at
 // which it moves.

@@ -127,15 +127,18 @@ func (o *ForceOptions) validate(key string) error {
 // ErrInvalidOption / ErrInvalidKey for bad arguments.
 //
 // It is one TransactWriteItems of two writes, both or neither. The first updates the
-// lock row, conditioned on the lease read just before (Mutex: lease id, revision and
-// state held; TicketLock: serving ticket, revision, row life and the served ticket's
-// entry), so a lease that changed hands meanwhile is never ended by mistake; a
-// heartbeat of the same lease (a new revision) is re-read and retried.
+// lock row, conditioned on the lease read just before (Mutex and TicketLock: serving
+// ticket, revision, row life and the served ticket's entry; a Mutex row of the previous
+// release: lease id, revision and state held), so a lease that changed hands meanwhile
+// is never ended by mistake; a heartbeat of the same lease (a new revision) is re-read
+// and retried.
 //
-//   - Mutex: state released, the lease id replaced by a marker (prevLease names the
-//     ended lease), fence + 1, until and data removed. The old holder's renew, Release
-//     and GuardCheck fail with ErrLeaseLost, and the next holder's token is at least
-//     two sequence numbers above the ended one.
+//   - Mutex: the served ticket is skipped (serving + 1, its entries removed, the next
+//     ticket's lease end left unrecorded), as a waiter skips a holder that stopped
+//     heartbeating; the next ticket enters with a higher token. The old holder's renew,
+//     Release and GuardCheck fail with ErrLeaseLost. (A row of the previous release:
+//     state released, the lease id replaced by a marker, prevLease naming the ended
+//     lease, fence + 1, until and data removed.)
 //   - TicketLock: the served ticket is skipped (serving + 1, its entry removed), the
 //     write a waiter makes after a holder stopped heartbeating. The old holder's renew,
 //     Release and GuardCheck fail with ErrLeaseLost; the next ticket enters with a
@@ -248,6 +251,9 @@ func (in *Inspector) notHeld(key, ns string, st Strategy, want, now string) erro
 }
 
 func (in *Inspector) forceMutex(cur item, rowKey item, target *string, rec *ForceRecord, now time.Time) (types.Update, error) {
+	if attrS(cur, attrState) == stateFair {
+		return in.forceFairMutex(cur, rowKey, target, rec, now)
+	}
 	id := attrS(cur, attrLeaseID)
 	if cur == nil || attrS(cur, attrState) != stateHeld {
 		state := "no lock row"
@@ -312,6 +318,41 @@ func (in *Inspector) forceTicket(cur item, rowKey item, target *string, rec *For
 	return updateOf(in.table, rowKey, expr(expression.NewBuilder().WithCondition(cond).WithUpdate(u))), nil
 }
 
+// forceFairMutex ends the served ticket of a Mutex row in the ticket format: it skips
+// it as a waiter does after a holder stopped heartbeating (serving + 1, its entries
+// removed, the next ticket's hand-off recorded without a wall-clock lease end).
+func (in *Inspector) forceFairMutex(cur item, rowKey item, target *string, rec *ForceRecord, now time.Time) (types.Update, error) {
+	row := parseMutexRow(cur, "")
+	if !row.busy() || !row.servedEntry {
+		return types.Update{}, in.notHeld(rec.Key, rec.Namespace, rec.Strategy, *target, "released")
+	}
+	h := row.holder()
+	if *target != "" && h.LeaseID != *target {
+		return types.Update{}, in.notHeld(rec.Key, rec.Namespace, rec.Strategy, *target, "held under lease "+h.LeaseID)
+	}
+	*target = h.LeaseID
+	rec.LeaseID, rec.Owner, rec.Token = h.LeaseID, h.Owner, fenceInfo(h.Token)
+	id := row.entryID(row.serving)
+	cond := expression.And(
+		expression.Equal(name(attrState), value(stateFair)),
+		expression.Equal(name(attrServing), value(row.serving)),
+		expression.Equal(name(attrRev), value(row.rev)),
+		expression.Equal(name(attrLife), value(row.life)),
+		expression.AttributeExists(name(waiterPrefix+id)))
+	ttl := ttlSeconds(now.Add(max(in.retention, h.Lease+DefaultTTLGrace)))
+	u := expression.Set(name(attrServing), value(row.serving+1)).
+		Set(name(attrSkip), value(row.serving)).
+		Set(name(attrExpiresAt), value(ttl)).
+		Add(name(attrRev), value(1)).
+		Remove(name(waiterPrefix + id)).
+		Remove(name(detailPrefix + id)).
+		Remove(name(attrHFor)).
+		Remove(name(attrHUntil)).
+		Remove(name(attrHSince))
+	u = forcedAttrs(u, rec, now)
+	return updateOf(in.table, rowKey, expr(expression.NewBuilder().WithCondition(cond).WithUpdate(u))), nil
+}
+
 func forcedAttrs(u expression.UpdateBuilder, rec *ForceRecord, now time.Time) expression.UpdateBuilder {
 	u = u.Set(name(attrForcedID), value(rec.ID)).
 		Set(name(attrForcedBy), value(rec.Actor)).
@@ -353,5 +394,9 @@ func GuardedWriteError(err error, guard int, l *Lease) error {
 	if aws.ToString(r.Code) != "ConditionalCheckFailed" {
 		return err
 	}
-	return &LeaseError{Op: "guarded write", Key: l.key, LeaseID: l.id, Current: holderOf(r.Item), Err: ErrLeaseLost}
+	cur := holderOf(r.Item)
+	if attrS(r.Item, attrState) == stateFair {
+		cur = parseMutexRow(r.Item, "").holder()
+	}
+	return &LeaseError{Op: "guarded write", Key: l.key, LeaseID: l.id, Current: cur, Err: ErrLeaseLost}
 }

@@ -120,8 +120,15 @@ type ticketRow struct {
 }
 
 func parseTicketRow(it item, wattr string) ticketRow {
+	return parseQueueRow(it, attrNext, 1, wattr)
+}
+
+// parseQueueRow reads a one-row ticket queue (TicketLock's row, or a Mutex row in the
+// ticket format): counter names the attribute that issues tickets, and a w# entry holds
+// its ticket − offset.
+func parseQueueRow(it item, counter string, offset int64, wattr string) ticketRow {
 	r := ticketRow{exists: it != nil, waiters: map[int64]string{}, tombs: map[string]int64{}}
-	r.next, _ = attrN(it, attrNext)
+	r.next, _ = attrN(it, counter)
 	r.serving, _ = attrN(it, attrServing)
 	r.rev, _ = attrN(it, attrRev)
 	r.epoch, r.hasEpoch = attrN(it, attrEpoch)
@@ -137,9 +144,9 @@ func parseTicketRow(it item, wattr string) ticketRow {
 				continue
 			}
 			if v, ok := attrN(it, k); ok {
-				r.waiters[v+1] = k
+				r.waiters[v+offset] = k
 				if k == wattr {
-					r.ownTicket, r.ownEntry = v+1, true
+					r.ownTicket, r.ownEntry = v+offset, true
 				}
 			}
 		}

@@ -802,8 +802,8 @@ func (d *demo) heldLeases(ctx context.Context, lockTable, owner, body string) []
 		if err != nil || out.Item == nil {
 			continue
 		}
-		if sAttr(out.Item, "owner") == owner && sAttr(out.Item, "state") == "held" {
-			ids = append(ids, sAttr(out.Item, "leaseId"))
+		if l, held := janhandler.HeldLeaseOfItem(out.Item); held && l.Owner == owner {
+			ids = append(ids, l.LeaseID)
 		}
 	}
 	return ids

@@ -11,11 +11,13 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/aws/aws-lambda-go/events"
 	awsmiddleware "github.com/aws/aws-sdk-go-v2/aws/middleware"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/aws/smithy-go/middleware"
 
+	janhandler "github.com/turnstile-locks/turnstile/functions/janitor/handler"
 	"github.com/turnstile-locks/turnstile/internal/emf"
 	"github.com/turnstile-locks/turnstile/internal/shop"
 	"github.com/turnstile-locks/turnstile/lockcore"
@@ -396,26 +398,32 @@ func (d *takeoverDetector) observe(rec map[string]any) {
 	keys, _ := json.Marshal(ch["Keys"])
 	key := string(keys)
 	old, _ := ch["OldImage"].(map[string]any)
-	state, lease := imgS(old, "state"), imgS(old, "leaseId")
+	held, lease := heldIn(old)
 	name, _ := rec["eventName"].(string)
 	_, byService := rec["userIdentity"]
 
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if prev, ok := d.pending[key]; ok && old != nil {
-		if state == "held" && lease != prev {
+		// The write after the one that left a lease held replaced it: by another lease
+		// (the previous Mutex format), or by skipping its ticket (the ticket format; a
+		// release hands the lock on without skipping).
+		if imgS(old, "state") == "held" && held && lease != prev ||
+			imgS(old, "state") == "fair" && imgN(old, "skip") != "" && "ticket "+imgN(old, "skip") == prev {
 			d.takeovers++
 		}
 		delete(d.pending, key)
 	}
 	switch name {
 	case "MODIFY":
-		if state == "held" {
+		if held && imgS(old, "state") == "fair" {
+			d.pending[key] = "ticket " + imgN(old, "serving")
+		} else if held {
 			d.pending[key] = lease
 		}
 	case "REMOVE":
 		delete(d.pending, key)
-		if byService && state == "held" && d.ttlLeases != nil {
+		if byService && held && d.ttlLeases != nil {
 			d.ttlLeases(lease)
 		}
 	case "INSERT":
@@ -427,6 +435,30 @@ func (d *takeoverDetector) count() int {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	return d.takeovers
+}
+
+// heldIn decodes a stream image (as JSON) with the janitor's decoder: whether it records
+// a held lease, and its lease id.
+func heldIn(img map[string]any) (bool, string) {
+	if img == nil {
+		return false, ""
+	}
+	b, err := json.Marshal(img)
+	if err != nil {
+		return false, ""
+	}
+	var ev map[string]events.DynamoDBAttributeValue
+	if json.Unmarshal(b, &ev) != nil {
+		return false, ""
+	}
+	l, ok := janhandler.HeldLease(ev)
+	return ok, l.LeaseID
+}
+
+func imgN(img map[string]any, k string) string {
+	v, _ := img[k].(map[string]any)
+	s, _ := v["N"].(string)
+	return s
 }
 
 func imgS(img map[string]any, k string) string {

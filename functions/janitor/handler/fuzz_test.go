@@ -51,6 +51,8 @@ func FuzzJanitorRecord(f *testing.F) {
 		`{"pk":{"N":"1"},"sk":{"S":"lock"},"state":{"S":"held"}}`,
 		`{"pk":{"S":"sku#X"},"sk":{"S":"lock"},"state":{"N":"1"},"data":{"N":"5"},"until":{"S":"x"}}`,
 		`{"pk":{"S":"sku#X"},"sk":{"S":"lock"},"state":{"S":"held"},"data":{"L":[{"S":"a"}]}}`,
+		`{"pk":{"S":"sku#MUG"},"sk":{"S":"lock"},"state":{"S":"fair"},"fence":{"N":"3"},"serving":{"N":"2"},"w#0a1b":{"N":"2"},"d#0a1b":{"L":[{"S":"w"},{"N":"3000"},{"B":"b3JkLTE="}]},"hFor":{"N":"2"},"hUntil":{"N":"1763630100000"}}`,
+		`{"pk":{"S":"sku#MUG"},"sk":{"S":"lock"},"state":{"S":"fair"},"fence":{"N":"2"},"serving":{"N":"2"},"w#0a1b":{"S":"x1"},"d#0a1b":{"L":[{"N":"1"},{"S":"x"}]}}`,
 		`{"pk":{"NULL":true},"sk":{"BOOL":true}}`,
 		`null`,
 	} {

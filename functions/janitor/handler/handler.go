@@ -424,24 +424,10 @@ func (h *Handler) sweepRow(ctx context.Context, it map[string]types.AttributeVal
 	}
 	res.Deleted++
 	put(m, MetricSweptRows, 1)
-	if st, _ := it["state"].(*types.AttributeValueMemberS); st == nil || st.Value != stateHeld {
+	l, held := decodeLockImage(streamImage(it), pk.Value, sk.Value)
+	if !held {
 		return nil
 	}
-	l := AbandonedLease{Key: pk.Value, Namespace: sk.Value}
-	if v, ok := it["owner"].(*types.AttributeValueMemberS); ok {
-		l.Owner = v.Value
-	}
-	if v, ok := it["leaseId"].(*types.AttributeValueMemberS); ok {
-		l.LeaseID = v.Value
-	}
-	switch v := it["data"].(type) {
-	case *types.AttributeValueMemberB:
-		l.Data = v.Value
-	case *types.AttributeValueMemberS:
-		l.Data = []byte(v.Value)
-	}
-	l.OrderIDs = OrderIDsOf(l.Key, l.Data)
-	l.OrderID = OrderIDOf(l.Key, l.Data)
 	res.Abandoned++
 	redriven, err := h.abandoned(ctx, l, "sweep", h.log, m)
 	if err != nil {

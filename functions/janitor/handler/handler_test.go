@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -138,18 +139,23 @@ func (f *fixture) lockRow(t *testing.T, key string) map[string]events.DynamoDBAt
 	if err != nil || out.Item == nil {
 		t.Fatalf("lock row %s: %v (item %v)", key, err, out.Item)
 	}
-	img := map[string]events.DynamoDBAttributeValue{}
-	for k, v := range out.Item {
-		switch x := v.(type) {
-		case *types.AttributeValueMemberS:
-			img[k] = events.NewStringAttribute(x.Value)
-		case *types.AttributeValueMemberN:
-			img[k] = events.NewNumberAttribute(x.Value)
-		case *types.AttributeValueMemberB:
-			img[k] = events.NewBinaryAttribute(x.Value)
+	return handler.StreamImage(out.Item)
+}
+
+// servedEntry returns the names of the served ticket's entries (w#<id>, d#<id>) of a
+// Mutex row in lockcore's ticket format.
+func servedEntry(t *testing.T, img map[string]events.DynamoDBAttributeValue) (w, d string) {
+	t.Helper()
+	if img["state"].String() != "fair" {
+		t.Fatalf("lock row state = %s, want lockcore's ticket format", img["state"].String())
+	}
+	for k, v := range img {
+		if id, ok := strings.CutPrefix(k, "w#"); ok && v.DataType() == events.DataTypeNumber && v.Number() == img["serving"].Number() {
+			return k, "d#" + id
 		}
 	}
-	return img
+	t.Fatalf("lock row without a served ticket: %v", img)
+	return "", ""
 }
 
 // streamEvent loads an event file of events/ and replaces its record's images with img.
@@ -202,8 +208,8 @@ func TestAbandonedLeaseIsDetectedAndOrderRedriven(t *testing.T) {
 	f := newFixture(t)
 	f.crashOrder(t, shop.CrashStockLocked, crashed)
 	img := f.lockRow(t, shop.SKULockKey("MUG-RED-350"))
-	if img["state"].String() != "held" {
-		t.Fatalf("lock row state = %s", img["state"].String())
+	if _, d := servedEntry(t, img); string(img[d].List()[2].Binary()) != crashed.OrderID {
+		t.Fatalf("served ticket's details %v, want data %s", img[d].List(), crashed.OrderID)
 	}
 
 	// TTL removes the dead holder's row: the janitor reports it and re-drives the order.
@@ -250,7 +256,8 @@ func TestStreamRecordsThatAreNotAbandonedLeases(t *testing.T) {
 	f.crashOrder(t, shop.CrashStockLocked, crashed)
 	held := f.lockRow(t, shop.SKULockKey("MUG-RED-350"))
 	released := f.lockRow(t, shop.SKULockKey("MUG-RED-350"))
-	released["state"] = events.NewStringAttribute("released")
+	fence, _ := strconv.ParseInt(released["fence"].Number(), 10, 64)
+	released["serving"] = events.NewNumberAttribute(strconv.FormatInt(fence+1, 10)) // nobody holds or waits
 	keeper := f.lockRow(t, shop.SKULockKey("MUG-RED-350"))
 	keeper["pk"] = events.NewStringAttribute("turnstile#fence#0001")
 
@@ -285,7 +292,8 @@ func TestFailedRecordIsReportedBySequenceNumber(t *testing.T) {
 	f := newFixture(t)
 	f.crashOrder(t, shop.CrashStockLocked, crashed)
 	adjustmentLease := f.lockRow(t, shop.SKULockKey("MUG-RED-350"))
-	delete(adjustmentLease, "data") // a lease without an order: nothing to re-drive
+	_, d := servedEntry(t, adjustmentLease) // a lease without an order: nothing to re-drive
+	adjustmentLease[d] = events.NewListAttribute(adjustmentLease[d].List()[:2])
 	orderLease := f.lockRow(t, shop.SKULockKey("TEE-BLK-M"))
 	bad := f.lockRow(t, shop.SKULockKey("TEE-BLK-M"))
 	bad["pk"] = events.NewNumberAttribute("42")

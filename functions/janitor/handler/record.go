@@ -9,6 +9,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/aws/aws-lambda-go/events"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/turnstile-locks/turnstile/internal/shop"
 )
@@ -17,7 +18,10 @@ import (
 const (
 	reservedPrefix = "turnstile#" // lockcore's own rows (fence epoch keepers)
 	counterSuffix  = "#counter"   // queue ticket counters: never expire, never swept
-	stateHeld      = "held"
+	stateHeld      = "held"       // a held row of lockcore's previous Mutex format
+	stateFair      = "fair"       // a Mutex row in lockcore's ticket format
+	waiterPrefix   = "w#"         // ticket format: w#<id> = the ticket of lease "<owner>#<id>"
+	detailPrefix   = "d#"         // ticket format: d#<id> = [owner, lease ms, data]
 	// OrderLockPrefix starts a lock key that names an order directly: "order#<id>".
 	OrderLockPrefix = "order#"
 	// TTLPrincipal is the principal of deletions made by DynamoDB's TTL service.
@@ -79,8 +83,35 @@ func DecodeRecord(rec events.DynamoDBEventRecord) (lease AbandonedLease, ok bool
 	if strings.HasPrefix(pk, reservedPrefix) || strings.HasSuffix(sk, counterSuffix) {
 		return AbandonedLease{}, false, nil
 	}
-	if state, _ := imgString(img, "state"); state != stateHeld {
-		return AbandonedLease{}, false, nil
+	l, held := decodeLockImage(img, pk, sk)
+	return l, held, nil
+}
+
+// HeldLease returns the lease a lock-table row image records as held, in either of
+// lockcore's Mutex formats (ok false: none, or not a lock row).
+func HeldLease(img map[string]events.DynamoDBAttributeValue) (lease AbandonedLease, ok bool) {
+	pk, okPK := imgString(img, "pk")
+	sk, okSK := imgString(img, "sk")
+	if !okPK || !okSK || strings.HasPrefix(pk, reservedPrefix) || strings.HasSuffix(sk, counterSuffix) {
+		return AbandonedLease{}, false
+	}
+	return decodeLockImage(img, pk, sk)
+}
+
+// HeldLeaseOfItem is HeldLease of an item read from the lock table.
+func HeldLeaseOfItem(it map[string]types.AttributeValue) (AbandonedLease, bool) {
+	return HeldLease(streamImage(it))
+}
+
+// decodeLockImage returns the lease a Mutex row (in either of lockcore's formats) records
+// as held; held is false when it records none.
+func decodeLockImage(img map[string]events.DynamoDBAttributeValue, pk, sk string) (lease AbandonedLease, held bool) {
+	state, _ := imgString(img, "state")
+	if state == stateFair {
+		return decodeFair(img, pk, sk)
+	}
+	if state != stateHeld {
+		return AbandonedLease{}, false
 	}
 	l := AbandonedLease{Key: pk, Namespace: sk}
 	l.Owner, _ = imgString(img, "owner")
@@ -91,7 +122,79 @@ func DecodeRecord(rec events.DynamoDBEventRecord) (lease AbandonedLease, ok bool
 	l.Data = imgBytes(img, "data")
 	l.OrderIDs = OrderIDsOf(pk, l.Data)
 	l.OrderID = OrderIDOf(pk, l.Data)
-	return l, true, nil
+	return l, true
+}
+
+// streamImage converts an item read from the table to the stream's image form (the
+// attribute kinds lock rows use; others are left out).
+func streamImage(it map[string]types.AttributeValue) map[string]events.DynamoDBAttributeValue {
+	img := make(map[string]events.DynamoDBAttributeValue, len(it))
+	for k, v := range it {
+		if a, ok := streamValue(v); ok {
+			img[k] = a
+		}
+	}
+	return img
+}
+
+func streamValue(v types.AttributeValue) (events.DynamoDBAttributeValue, bool) {
+	switch x := v.(type) {
+	case *types.AttributeValueMemberS:
+		return events.NewStringAttribute(x.Value), true
+	case *types.AttributeValueMemberN:
+		return events.NewNumberAttribute(x.Value), true
+	case *types.AttributeValueMemberB:
+		return events.NewBinaryAttribute(x.Value), true
+	case *types.AttributeValueMemberL:
+		l := make([]events.DynamoDBAttributeValue, 0, len(x.Value))
+		for _, e := range x.Value {
+			if a, ok := streamValue(e); ok {
+				l = append(l, a)
+			}
+		}
+		return events.NewListAttribute(l), true
+	}
+	return events.DynamoDBAttributeValue{}, false
+}
+
+// decodeFair decodes a Mutex row in lockcore's ticket format: the lease is the served
+// ticket's, when one is served and its entries are there (w#<id> = the ticket,
+// d#<id> = [owner, lease ms, data]); the lease id is "<owner>#<id>".
+func decodeFair(img map[string]events.DynamoDBAttributeValue, pk, sk string) (AbandonedLease, bool) {
+	serving, ok1 := imgInt(img, "serving")
+	issued, ok2 := imgInt(img, "fence")
+	if !ok1 || !ok2 || serving > issued {
+		return AbandonedLease{}, false // nobody holds it
+	}
+	for k := range img {
+		id, isEntry := strings.CutPrefix(k, waiterPrefix)
+		if !isEntry {
+			continue
+		}
+		if tk, ok := imgInt(img, k); !ok || tk != serving {
+			continue
+		}
+		l := AbandonedLease{Key: pk, Namespace: sk}
+		if d, ok := img[detailPrefix+id]; ok && d.DataType() == events.DataTypeList {
+			parts := d.List()
+			if len(parts) > 0 && parts[0].DataType() == events.DataTypeString {
+				l.Owner = parts[0].String()
+			}
+			if len(parts) > 2 && parts[2].DataType() == events.DataTypeBinary {
+				l.Data = parts[2].Binary()
+			}
+		}
+		l.LeaseID = l.Owner + "#" + id
+		if f, ok := imgInt(img, "hFor"); ok && f == serving {
+			if ms, ok := imgInt(img, "hUntil"); ok {
+				l.Until = time.UnixMilli(ms)
+			}
+		}
+		l.OrderIDs = OrderIDsOf(pk, l.Data)
+		l.OrderID = OrderIDOf(pk, l.Data)
+		return l, true
+	}
+	return AbandonedLease{}, false // the served ticket was withdrawn: nobody holds it
 }
 
 // OrderIDOf returns the order a lease on key protected: the lease's data for a SKU lock

@@ -1,0 +1,881 @@
+package lockcore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/expression"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+)
+
+// The Mutex's ticket protocol (see Mutex for the overview and the validity argument).
+//
+// Row (partition key = lock key, sort key = namespace), ticket format:
+//
+//	state      "fair" (never "held" or "released": see the rolling-deploy argument)
+//	fence      last ticket issued (the old format's acquisition counter, continued)
+//	serving    ticket allowed in
+//	rev        bumps on every handoff, skip and heartbeat
+//	life       random id of this row's life      epoch  fence epoch of this life
+//	w#<id>     one per issued, unfinished ticket: the ticket, written by the update that
+//	           issued it (<id> is the suffix of the lease id "<owner>#<id>")
+//	d#<id>     the ticket's details: [owner, lease ms] or [owner, lease ms, data]
+//	hFor       ticket that hSince/hUntil describe; hSince: when it got the lock (ms),
+//	hUntil     its wall-clock lease end (ms), moved by every heartbeat
+//	rel, skip  the last ticket released by its holder / skipped by a waiter
+const (
+	stateFair    = "fair"
+	attrHFor     = "hFor"
+	attrHUntil   = "hUntil"
+	attrHSince   = "hSince"
+	detailPrefix = "d#"
+)
+
+type mutexFormat int
+
+const (
+	fmtAbsent         mutexFormat = iota // no row
+	fmtBare                              // a row without state: only tombstones
+	fmtFair                              // the ticket format
+	fmtLegacyHeld                        // the previous release's format, held
+	fmtLegacyReleased                    // the previous release's format, released
+)
+
+// entryDetails are what a ticket's d# entry says.
+type entryDetails struct {
+	owner   string
+	leaseMs int64
+	data    []byte
+}
+
+// mutexRow is a Mutex row as read.
+type mutexRow struct {
+	ticketRow
+	raw                  item
+	format               mutexFormat
+	details              map[int64]entryDetails // ticket → details
+	hFor, hUntil, hSince int64
+	ttl                  int64
+}
+
+func parseMutexRow(it item, wattr string) mutexRow {
+	r := mutexRow{ticketRow: parseQueueRow(it, attrFence, 0, wattr), raw: it, details: map[int64]entryDetails{}}
+	switch st := attrS(it, attrState); {
+	case it == nil:
+		r.format = fmtAbsent
+	case st == stateFair:
+		r.format = fmtFair
+	case st == stateHeld:
+		r.format = fmtLegacyHeld
+	case st == stateReleased:
+		r.format = fmtLegacyReleased
+	default:
+		r.format = fmtBare
+	}
+	if r.format != fmtFair {
+		r.waiters, r.servedEntry, r.ownEntry, r.ownTicket = map[int64]string{}, false, false, 0
+	}
+	for tk, w := range r.waiters {
+		r.details[tk] = parseDetails(it[detailPrefix+strings.TrimPrefix(w, waiterPrefix)])
+	}
+	r.hFor, _ = attrN(it, attrHFor)
+	r.hUntil, _ = attrN(it, attrHUntil)
+	r.hSince, _ = attrN(it, attrHSince)
+	r.ttl, _ = attrN(it, attrExpiresAt)
+	return r
+}
+
+func parseDetails(av types.AttributeValue) entryDetails {
+	l, ok := av.(*types.AttributeValueMemberL)
+	if !ok {
+		return entryDetails{}
+	}
+	var d entryDetails
+	if len(l.Value) > 0 {
+		if v, ok := l.Value[0].(*types.AttributeValueMemberS); ok {
+			d.owner = v.Value
+		}
+	}
+	if len(l.Value) > 1 {
+		if v, ok := l.Value[1].(*types.AttributeValueMemberN); ok {
+			d.leaseMs, _ = strconv.ParseInt(v.Value, 10, 64)
+		}
+	}
+	if len(l.Value) > 2 {
+		if v, ok := l.Value[2].(*types.AttributeValueMemberB); ok {
+			d.data = v.Value
+		}
+	}
+	return d
+}
+
+// busy reports whether somebody holds or waits (ticket format).
+func (r mutexRow) busy() bool { return r.format == fmtFair && r.serving <= r.next }
+
+// entryID returns the id of ticket tk's entries ("" if it has none).
+func (r mutexRow) entryID(tk int64) string {
+	w, ok := r.waiters[tk]
+	if !ok {
+		return ""
+	}
+	return strings.TrimPrefix(w, waiterPrefix)
+}
+
+// servedLease is the lease of the served ticket (0: unknown, the ticket has no entry).
+func (r mutexRow) servedLease() time.Duration {
+	return time.Duration(r.details[r.serving].leaseMs) * time.Millisecond
+}
+
+// holder describes the served ticket (nil: none).
+func (r mutexRow) holder() *Holder {
+	if r.format == fmtLegacyHeld {
+		return holderOf(r.raw)
+	}
+	if !r.busy() {
+		return nil
+	}
+	h := &Holder{LeaseID: ticketLeaseID(r.serving), Rev: r.rev, Token: makeFence(r.epoch, r.serving)}
+	if id := r.entryID(r.serving); id != "" {
+		d := r.details[r.serving]
+		h.Owner, h.LeaseID = d.owner, d.owner+nsSeparator+id
+		h.Lease = time.Duration(d.leaseMs) * time.Millisecond
+	}
+	if r.hFor == r.serving && r.hUntil > 0 {
+		h.Until = time.UnixMilli(r.hUntil)
+	}
+	return h
+}
+
+// mutexMemory is a Mutex client's memory, per lock, of whether it last found the lock
+// busy (so that its next take uses the right update at once). Forgetting is safe.
+type mutexMemory struct {
+	mu   sync.Mutex
+	busy map[string]bool
+}
+
+func (mm *mutexMemory) wasBusy(k string) bool {
+	mm.mu.Lock()
+	defer mm.mu.Unlock()
+	return mm.busy[k]
+}
+
+func (mm *mutexMemory) set(k string, busy bool) {
+	mm.mu.Lock()
+	defer mm.mu.Unlock()
+	if mm.busy == nil {
+		mm.busy = make(map[string]bool)
+	}
+	boundedStore(mm.busy, k, busy)
+}
+
+// mutexHold is one ticket of a Mutex acquisition (or an attached lease): the leaseOps
+// of its Lease.
+type mutexHold struct {
+	m      *Mutex
+	key    string
+	ns     string
+	id     string // entry id: the lease id's suffix
+	wattr  string
+	dattr  string
+	ticket int64 // 0: unknown (an attached lease)
+	life   string
+	next   int64     // last ticket issued as this holder last saw the row
+	since  time.Time // when Acquire returned (for the hold-time estimate)
+	gc     []string  // old tombstones seen when the ticket was issued: removed on release
+
+	skippedStalled bool // this waiter skipped a holder that had stopped heartbeating
+}
+
+func (m *Mutex) newHold(key, ns, id string) *mutexHold {
+	return &mutexHold{m: m, key: key, ns: ns, id: id, wattr: waiterPrefix + id, dattr: detailPrefix + id}
+}
+
+func (h *mutexHold) leaseID() string { return h.m.cfg.owner + nsSeparator + h.id }
+
+// ours is the condition that the lease's ticket is served and its entry names owner.
+func (h *mutexHold) ours(owner string) expression.ConditionBuilder {
+	return expression.And(
+		expression.Equal(name(attrServing), name(h.wattr)),
+		expression.Equal(name(h.dattr+"[0]"), value(owner)))
+}
+
+func (m *Mutex) pk(key, ns string) string { return m.table + "\x00" + key + "\x00" + ns }
+
+// legacyRemoved are the previous format's attributes that the ticket format drops.
+var legacyRemoved = []string{attrOwner, attrLeaseID, attrUntil, attrData, attrPrevLease, attrPrevState, attrAcquiredAt, attrLeaseMs}
+
+// take issues a ticket. It returns the row as the issuing update left it and the send
+// time of the first request that may have issued it. On a row in the previous format
+// held by an old client it waits (by observation, or by wall clock in that mode) as the
+// previous release did, and converts the row when it takes it over.
+func (m *Mutex) take(ctx context.Context, key string, ac *acquireConfig, start time.Time, st *acqStats) (_ *mutexHold, _ mutexRow, _ time.Time, retErr error) {
+	h := m.newHold(key, ac.namespace, compactID())
+	lk := m.pk(key, ac.namespace)
+	free := noWait(ac.wait) || !m.memory.wasBusy(lk)
+	bo := backoff{base: m.cfg.backoffBase, cap: m.cfg.backoffCap}
+	var first time.Time
+	uncertain := false // a ticket request may have landed, or may still land
+	defer func() {
+		if retErr != nil && uncertain {
+			m.withdrawUnknown(ctx, h)
+		}
+	}()
+	obs := m.cfg.seen.load(lk)
+	defer func() { m.cfg.seen.store(lk, obs) }()
+	var last *Holder
+	flips := 0
+	details := []any{m.cfg.owner, ac.lease.Milliseconds()}
+	if ac.data != nil {
+		details = append(details, ac.data)
+	}
+	for {
+		now := m.cfg.clock.Now()
+		var stale *Holder
+		if !m.cfg.takeover.wallClock {
+			stale = obs.stale(now)
+		}
+		var e expression.Expression
+		if free {
+			tk := expression.Plus(expression.IfNotExists(name(attrFence), value(0)), value(1))
+			cond := expression.Or(
+				expression.AttributeNotExists(name(attrState)),
+				expression.Equal(name(attrState), value(stateReleased)),
+				expression.And(
+					expression.Equal(name(attrState), value(stateFair)),
+					expression.GreaterThan(name(attrServing), name(attrFence))))
+			if m.cfg.takeover.wallClock {
+				cond = expression.Or(cond, expression.And(
+					expression.Equal(name(attrState), value(stateHeld)),
+					expression.LessThan(name(attrUntil), value(now.Add(-m.cfg.takeover.skew).UnixMilli()))))
+			}
+			if stale != nil && !strings.Contains(stale.LeaseID, "\x00") {
+				cond = expression.Or(cond, expression.And(
+					expression.Equal(name(attrState), value(stateHeld)),
+					expression.Equal(name(attrLeaseID), value(stale.LeaseID)),
+					expression.Equal(name(attrRev), value(stale.Rev))))
+			}
+			upd := expression.Set(name(attrState), value(stateFair)).
+				Set(name(attrFence), tk).
+				Set(name(attrServing), tk).
+				Set(name(h.wattr), tk).
+				Set(name(h.dattr), value(details)).
+				Set(name(attrLife), expression.IfNotExists(name(attrLife), value(randomHex(8)))).
+				Set(name(attrHFor), tk).
+				Set(name(attrHUntil), value(now.Add(ac.lease).UnixMilli())).
+				Set(name(attrHSince), value(now.UnixMilli())).
+				Set(name(attrExpiresAt), value(m.cfg.ttlAt(now, ac.lease+m.cfg.ttlGrace))).
+				Add(name(attrRev), value(1))
+			for _, a := range legacyRemoved {
+				upd = upd.Remove(name(a))
+			}
+			e = expr(expression.NewBuilder().WithCondition(expression.And(expression.AttributeNotExists(name(h.wattr)), cond)).WithUpdate(upd))
+		} else {
+			// Queue behind the holder. The TTL is the holder's to keep (see Mutex).
+			tk := expression.Plus(name(attrFence), value(1))
+			cond := expression.And(
+				expression.AttributeNotExists(name(h.wattr)),
+				expression.Equal(name(attrState), value(stateFair)),
+				expression.LessThanEqual(name(attrServing), name(attrFence)))
+			upd := expression.Set(name(attrFence), tk).
+				Set(name(h.wattr), tk).
+				Set(name(h.dattr), value(details))
+			e = expr(expression.NewBuilder().WithCondition(cond).WithUpdate(upd))
+		}
+		if first.IsZero() {
+			first = now
+		}
+		out, err := m.db.UpdateItem(ctx, conditionalUpdate(m.table, m.keyOf(key, ac.namespace), e, types.ReturnValueAllNew), noSDKRetry)
+		if err == nil {
+			m.cfg.observeServer(out.ResultMetadata)
+			row := parseMutexRow(out.Attributes, h.wattr)
+			h.ticket, h.life, h.next = row.ownTicket, row.life, row.next
+			h.gc = row.oldTombs(now)
+			if free && stale != nil {
+				st.takeover = true // a row of the previous format, taken over
+			}
+			m.memory.set(lk, row.serving != h.ticket)
+			return h, row, first, nil
+		}
+		switch classify(err) {
+		case errCondition:
+			old, ok := conditionOld(err)
+			if !ok {
+				if old, err = m.read(ctx, key, ac.namespace); err != nil {
+					return nil, mutexRow{}, time.Time{}, fmt.Errorf("lockcore: acquire %q: take ticket: %w", key, err)
+				}
+			}
+			row := parseMutexRow(old, h.wattr)
+			_, tomb := row.tombs[h.wattr]
+			switch {
+			case row.ownEntry && uncertain: // an earlier, ambiguous attempt of ours landed
+				h.ticket, h.life, h.next = row.ownTicket, row.life, row.next
+				h.gc = row.oldTombs(now)
+				return h, row, first, nil
+			case tomb && uncertain:
+				// Cannot happen: only this call writes the tombstone, after its last try.
+				return nil, mutexRow{}, time.Time{}, fmt.Errorf("lockcore: acquire %q: ticket request withdrawn", key)
+			case row.ownEntry || tomb:
+				// Another acquisition's entry under our random id: draw another.
+				h = m.newHold(key, ac.namespace, compactID())
+				continue
+			}
+			st.contended = st.contended || row.busy() || row.format == fmtLegacyHeld
+			switch {
+			case row.format == fmtFair && !row.busy():
+				flips++
+				free = true
+			case row.format == fmtFair && !noWait(ac.wait):
+				flips++
+				free = false
+			case row.format == fmtFair:
+				// NoWait and the lock is busy — unless its holder is gone.
+				if m.skipGone(ctx, h, row, &obs) {
+					continue
+				}
+				return nil, mutexRow{}, time.Time{}, &HeldError{Key: key, Holder: row.holder(), Waited: m.cfg.clock.Now().Sub(start)}
+			case row.format == fmtLegacyHeld:
+				// An old client holds the row: watch its lease as the previous release did.
+				now := m.cfg.clock.Now()
+				last = holderOf(old)
+				obs.see(last, now)
+				if !m.cfg.takeover.wallClock && obs.stale(now) != nil {
+					free = true
+					continue
+				}
+				waited := now.Sub(start)
+				if !ac.wait.forever && waited >= ac.wait.max {
+					return nil, mutexRow{}, time.Time{}, &HeldError{Key: key, Holder: last, Waited: waited, TimedOut: ac.wait.max > 0}
+				}
+				d := bo.next()
+				if m.cfg.takeover.wallClock {
+					if r := last.Until.Add(m.cfg.takeover.skew).Sub(now); r < d {
+						d = max(r, 0) + time.Millisecond
+					}
+				} else {
+					d = min(d, obs.since.Add(obs.lease).Sub(now)+time.Millisecond, max(obs.lease/10, m.cfg.backoffBase))
+				}
+				if !ac.wait.forever {
+					d = min(d, ac.wait.max-waited)
+				}
+				if err := sleep(ctx, max(d, time.Millisecond)); err != nil {
+					return nil, mutexRow{}, time.Time{}, &HeldError{Key: key, Holder: last, Waited: m.cfg.clock.Now().Sub(start), Cause: err}
+				}
+				free = true
+				continue
+			default: // no row, a released row of the previous format, a bare row
+				flips++
+				free = true
+			}
+			if flips > 2 { // the row keeps changing under us: let it settle
+				if err := sleep(ctx, m.cfg.backoffBase); err != nil {
+					return nil, mutexRow{}, time.Time{}, &HeldError{Key: key, Holder: row.holder(), Waited: m.cfg.clock.Now().Sub(start), Cause: err}
+				}
+			}
+			continue
+		case errFatal:
+			return nil, mutexRow{}, time.Time{}, fmt.Errorf("lockcore: acquire %q: take ticket: %w", key, err)
+		}
+		// Throttled, or ambiguous: the retry carries the same w# entry, so if the first
+		// attempt landed its condition fails and returns the row with our ticket.
+		if classify(err) == errAmbiguous {
+			uncertain = true
+		}
+		if serr := sleep(ctx, bo.next()); serr != nil {
+			if last == nil {
+				return nil, mutexRow{}, time.Time{}, fmt.Errorf("lockcore: acquire %q: %w", key, serr)
+			}
+			return nil, mutexRow{}, time.Time{}, &HeldError{Key: key, Holder: last, Waited: m.cfg.clock.Now().Sub(start), Cause: serr}
+		}
+	}
+}
+
+// servedKey names the served ticket of a row in the observation memory.
+func (r mutexRow) servedKey() string { return r.life + "\x00" + strconv.FormatInt(r.serving, 10) }
+
+// seeServed records an observation of the served ticket in obs.
+func (r mutexRow) seeServed(obs *observer, now time.Time) {
+	obs.see(&Holder{LeaseID: r.servedKey(), Rev: r.rev, Lease: r.servedLease()}, now)
+}
+
+// skippable reports whether the served ticket of a busy row may be skipped now: its
+// owner withdrew it (no entry); in wall-clock mode with a lease end recorded for it,
+// that lease end plus the skew allowance lies in the past; otherwise obs has seen the
+// same (serving, rev) for the ticket's full lease.
+func (m *Mutex) skippable(row mutexRow, obs observer, now time.Time) (ok, stalled bool) {
+	if !row.servedEntry {
+		return true, false
+	}
+	if m.cfg.takeover.wallClock && row.hFor == row.serving && row.hUntil > 0 {
+		// Wall-clock mode, as the previous release's: the recorded lease end plus the
+		// allowance decides alone (an application may choose a long allowance so that
+		// TTL, not a waiter, removes a dead holder's row: see internal/demo).
+		return time.UnixMilli(row.hUntil).Add(m.cfg.takeover.skew).Before(now), true
+	}
+	// Observation: the default mode, and wall-clock mode where no lease end is recorded.
+	return obs.leaseID == row.servedKey() && obs.rev == row.rev && obs.lease > 0 && now.Sub(obs.since) >= obs.lease, true
+}
+
+// skipGone, for a NoWait take, skips the served ticket if it may be skipped now.
+func (m *Mutex) skipGone(ctx context.Context, h *mutexHold, row mutexRow, obs *observer) bool {
+	if !row.busy() {
+		return false
+	}
+	now := m.cfg.clock.Now()
+	row.seeServed(obs, now)
+	if ok, _ := m.skippable(row, *obs, now); ok {
+		return m.skip(ctx, h, row)
+	}
+	return false
+}
+
+// skip moves serving past the served ticket, conditioned on the row being as observed,
+// removing the ticket's entries, and passes the lock on as a release does.
+func (m *Mutex) skip(ctx context.Context, h *mutexHold, row mutexRow) bool {
+	now := m.cfg.clock.Now()
+	cond := expression.And(
+		expression.Equal(name(attrState), value(stateFair)),
+		expression.Equal(name(attrServing), value(row.serving)),
+		expression.Equal(name(attrRev), value(row.rev)),
+		expression.Equal(name(attrLife), value(row.life)))
+	nextLease := m.cfg.lease
+	if d, ok := row.details[row.serving+1]; ok && d.leaseMs > 0 {
+		nextLease = time.Duration(d.leaseMs) * time.Millisecond
+	}
+	upd := expression.Set(name(attrServing), value(row.serving+1)).
+		Set(name(attrSkip), value(row.serving)).
+		Set(name(attrExpiresAt), value(m.cfg.ttlAt(now, max(nextLease, m.cfg.lease)+m.cfg.ttlGrace))).
+		Add(name(attrRev), value(1))
+	if id := row.entryID(row.serving); id != "" {
+		upd = upd.Remove(name(waiterPrefix + id)).Remove(name(detailPrefix + id))
+	}
+	if row.next > row.serving {
+		upd = upd.Set(name(attrHFor), value(row.serving+1)).
+			Set(name(attrHUntil), value(now.Add(nextLease).UnixMilli())).
+			Set(name(attrHSince), value(now.UnixMilli()))
+	} else {
+		upd = upd.Remove(name(attrHFor)).Remove(name(attrHUntil)).Remove(name(attrHSince))
+	}
+	e := expr(expression.NewBuilder().WithCondition(cond).WithUpdate(upd))
+	_, err := m.db.UpdateItem(ctx, conditionalUpdate(m.table, m.keyOf(h.key, h.ns), e, types.ReturnValueNone), noSDKRetry)
+	return err == nil
+}
+
+// wait polls the row until serving reaches our ticket.
+func (m *Mutex) wait(ctx context.Context, h *mutexHold, row mutexRow, sent time.Time, ac *acquireConfig, start time.Time, st *acqStats) (*Lease, error) {
+	// lastBefore: send time of the last request whose answer showed an earlier ticket
+	// served. The lease's validity counts from it.
+	lastBefore := sent
+	rtt := max(m.cfg.clock.Now().Sub(sent), time.Millisecond)
+	pk := m.pk(h.key, h.ns)
+	pc := newPacer(&m.pacing, pk, sent)
+	if ac.urgent {
+		pc.reach = minReach
+	}
+	served := false
+	defer func() { pc.done(&m.pacing, pk, served) }()
+	obs := m.cfg.seen.load(pk)
+	defer func() { m.cfg.seen.store(pk, obs) }()
+	row.seeServed(&obs, m.cfg.clock.Now())
+	bo := backoff{base: m.cfg.backoffBase, cap: m.cfg.backoffCap}
+	rowConsistent := true // row came from a strongly consistent read (or the take)
+	for row.serving != h.ticket {
+		now := m.cfg.clock.Now()
+		gone := !row.exists || row.format != fmtFair || row.life != h.life
+		if row.serving > h.ticket || (gone && rowConsistent) {
+			return nil, errTicketSkipped
+		}
+		ok, stalled := m.skippable(row, obs, now)
+		switch {
+		case gone:
+			// An eventually consistent read may show the row before our ticket was
+			// issued: look again, consistently, before giving the ticket up.
+		case ok:
+			if m.skip(ctx, h, row) {
+				if stalled {
+					h.skippedStalled = true
+					st.takeover = true
+				}
+			} else if err := sleep(ctx, bo.next()); err != nil {
+				return nil, m.giveUp(ctx, h, row, start, err)
+			}
+		default:
+			waited := now.Sub(start)
+			p := ac.wait
+			if !p.forever && waited >= p.max {
+				return nil, m.giveUp(ctx, h, row, start, nil)
+			}
+			d := pc.delay(now, h.ticket-row.serving, rtt, m.pacing.turn(pk, rtt, pc.pace))
+			// Never sleep past the moment the served ticket could be skipped, and look
+			// at least ten times a lease so the takeover clock starts soon after the
+			// holder's last heartbeat.
+			lease := max(row.servedLease(), time.Millisecond)
+			if m.cfg.takeover.wallClock && row.hFor == row.serving && row.hUntil > 0 {
+				d = min(d, lease/10, time.UnixMilli(row.hUntil).Add(m.cfg.takeover.skew).Sub(now)+time.Millisecond)
+			} else {
+				d = min(d, lease/10, obs.since.Add(lease).Sub(now)+time.Millisecond)
+			}
+			if !p.forever {
+				d = min(d, p.max-waited)
+			}
+			if err := sleep(ctx, max(d, time.Millisecond)); err != nil {
+				return nil, m.giveUp(ctx, h, row, start, err)
+			}
+		}
+		// Only the next in line reads strongly consistently; waiters further back read
+		// eventually consistent (half the RCU) and only time their next read by it. Such
+		// a read shows a state the row really had, so the skips it may lead to stay safe
+		// (each is conditioned on the row as observed), but it may be old, so it never
+		// moves lastBefore.
+		send := m.cfg.clock.Now()
+		consistent := h.ticket-row.serving <= 1 || gone
+		var it item
+		var err error
+		if consistent {
+			it, err = m.read(ctx, h.key, h.ns)
+		} else {
+			var out *dynamodb.GetItemOutput
+			out, err = m.db.GetItem(ctx, &dynamodb.GetItemInput{TableName: aws.String(m.table), Key: m.keyOf(h.key, h.ns)})
+			if err == nil {
+				it = out.Item
+			}
+		}
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil, m.giveUp(ctx, h, row, start, ctx.Err())
+			}
+			if classify(err) == errFatal {
+				m.withdraw(ctx, h)
+				return nil, fmt.Errorf("lockcore: acquire %q: %w", h.key, err)
+			}
+			if err := sleep(ctx, bo.next()); err != nil {
+				return nil, m.giveUp(ctx, h, row, start, err)
+			}
+			continue
+		}
+		now = m.cfg.clock.Now()
+		rtt = (3*rtt + max(now.Sub(send), time.Millisecond)) / 4
+		next := parseMutexRow(it, h.wattr)
+		if consistent && next.serving < h.ticket {
+			lastBefore = send
+		}
+		if next.life == row.life {
+			pc.read(send, next.serving-row.serving, m.pacing.turn(pk, rtt, pc.pace), rtt)
+		} else {
+			pc.restart(send)
+		}
+		next.seeServed(&obs, now)
+		row, rowConsistent = next, consistent
+	}
+	served = true
+	h.next = row.next
+	return m.enter(ctx, h, row, lastBefore, ac, start)
+}
+
+// enter makes a served ticket a lease: its validity counts from lastBefore, the send time
+// of the last request that still showed an earlier ticket served (in wall-clock mode, at
+// most until the recorded lease end the handoff wrote for it); it is renewed at once if
+// much of it went by unnoticed or the row's TTL is too close. A row without a fence
+// epoch gets one.
+func (m *Mutex) enter(ctx context.Context, h *mutexHold, row mutexRow, lastBefore time.Time, ac *acquireConfig, start time.Time) (*Lease, error) {
+	now := m.cfg.clock.Now()
+	valid := lastBefore
+	if m.cfg.takeover.wallClock && row.hFor == h.ticket && row.hUntil > 0 {
+		// Waiters skip us once hUntil + skew lies behind their wall clocks.
+		valid = minTime(valid, now.Add(time.UnixMilli(row.hUntil).Sub(now)).Add(-ac.lease))
+	}
+	l := newLease(h, m.cfg, ac.lease, h.key, h.ns, h.leaseID(), 0, valid)
+	if l.Remaining() < ac.lease/2 || m.cfg.ttlTooEarly(row.ttl, ac.lease+m.cfg.ttlGrace) {
+		if err := l.Renew(ctx); err != nil {
+			if errors.Is(err, ErrLeaseLost) {
+				return nil, errTicketSkipped
+			}
+			return nil, m.giveUp(ctx, h, row, start, err)
+		}
+	}
+	epoch, ok := row.epoch, row.hasEpoch
+	if !ok {
+		var err error
+		if epoch, err = m.startEpoch(ctx, h); err != nil {
+			rctx, cancel := detached(ctx)
+			_ = l.Release(rctx)
+			cancel()
+			if errors.Is(err, ErrLeaseLost) {
+				return nil, errTicketSkipped
+			}
+			return nil, err
+		}
+	}
+	l.token = makeFence(epoch, h.ticket)
+	h.since = m.cfg.clock.Now()
+	l.startHeartbeat(ctx, ac.heartbeat)
+	return l, nil
+}
+
+func minTime(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
+}
+
+// giveUp withdraws the ticket and explains why the wait ended (cause nil: the wait
+// policy's time ran out).
+func (m *Mutex) giveUp(ctx context.Context, h *mutexHold, row mutexRow, start time.Time, cause error) error {
+	m.withdraw(ctx, h)
+	waited := m.cfg.clock.Now().Sub(start)
+	if cause != nil && ctx.Err() == nil && !errors.Is(cause, context.Canceled) && !errors.Is(cause, context.DeadlineExceeded) {
+		return cause
+	}
+	return &HeldError{Key: h.key, Holder: row.holder(), Waited: waited, TimedOut: cause == nil, Cause: cause}
+}
+
+// withdraw gives up a ticket: it removes the ticket's entries while the ticket is not
+// served yet, or releases it if it just was.
+func (m *Mutex) withdraw(ctx context.Context, h *mutexHold) {
+	ctx, cancel := detached(ctx)
+	defer cancel()
+	e := expr(expression.NewBuilder().
+		WithCondition(expression.And(
+			expression.LessThan(name(attrServing), name(h.wattr)),
+			expression.Equal(name(attrLife), value(h.life)))).
+		WithUpdate(expression.Remove(name(h.wattr)).Remove(name(h.dattr))))
+	// Keep trying while the detached context lasts (5 s): a waiter cut off from DynamoDB
+	// for longer leaves its ticket behind, and it is skipped after a lease.
+	bo := backoff{base: 50 * time.Millisecond, cap: 500 * time.Millisecond}
+	for {
+		_, err := m.db.UpdateItem(ctx, conditionalUpdate(m.table, m.keyOf(h.key, h.ns), e, types.ReturnValueNone), noSDKRetry)
+		switch {
+		case err == nil:
+			return
+		case classify(err) == errCondition:
+			old, ok := conditionOld(err)
+			if !ok {
+				old, _ = m.read(ctx, h.key, h.ns)
+			}
+			row := parseMutexRow(old, h.wattr)
+			if row.format == fmtFair && row.life == h.life && row.ownEntry && row.serving == row.ownTicket {
+				l := &Lease{key: h.key, namespace: h.ns, owner: m.cfg.owner, clock: m.cfg.clock, duration: m.cfg.lease}
+				_ = h.release(ctx, l) // served meanwhile: pass it on
+			}
+			return
+		case classify(err) == errFatal:
+			return
+		}
+		if sleep(ctx, bo.next()) != nil {
+			return
+		}
+	}
+}
+
+// withdrawUnknown withdraws a ticket request whose outcome is unknown: a tombstone if it
+// has not landed (so that it never will), the ticket's withdrawal if it has (see the
+// tombstones of TicketLock).
+func (m *Mutex) withdrawUnknown(ctx context.Context, h *mutexHold) {
+	rctx, cancel := detached(ctx)
+	defer cancel()
+	now := m.cfg.clock.Now()
+	e := expr(expression.NewBuilder().
+		WithCondition(expression.AttributeNotExists(name(h.wattr))).
+		WithUpdate(expression.Set(name(h.wattr), value(tombPrefix+strconv.FormatInt(now.UnixMilli(), 10))).
+			Set(name(attrExpiresAt), expression.IfNotExists(name(attrExpiresAt), value(m.cfg.ttlAt(now, m.cfg.lease+m.cfg.ttlGrace))))))
+	bo := backoff{base: 50 * time.Millisecond, cap: 500 * time.Millisecond}
+	for { // while rctx lasts (5 s), as withdraw
+		_, err := m.db.UpdateItem(rctx, conditionalUpdate(m.table, m.keyOf(h.key, h.ns), e, types.ReturnValueNone), noSDKRetry)
+		switch {
+		case err == nil:
+			return
+		case classify(err) == errCondition:
+			old, ok := conditionOld(err)
+			if !ok {
+				if old, err = m.read(rctx, h.key, h.ns); err != nil {
+					return
+				}
+			}
+			row := parseMutexRow(old, h.wattr)
+			if row.ownEntry {
+				h.ticket, h.life = row.ownTicket, row.life
+				m.withdraw(ctx, h)
+			}
+			return // or our tombstone from an earlier attempt
+		case classify(err) == errFatal:
+			return
+		}
+		if sleep(rctx, bo.next()) != nil {
+			return
+		}
+	}
+}
+
+// startEpoch gives the row a fence epoch, for a holder that found none (the row's first
+// life, or the first after TTL deleted it).
+func (m *Mutex) startEpoch(ctx context.Context, h *mutexHold) (int64, error) {
+	epoch, err := takeEpoch(ctx, m.db, m.table, h.key, backoff{base: m.cfg.backoffBase, cap: m.cfg.backoffCap})
+	if err != nil {
+		return 0, err
+	}
+	e := expr(expression.NewBuilder().
+		WithCondition(expression.And(h.ours(m.cfg.owner), expression.AttributeNotExists(name(attrEpoch)))).
+		WithUpdate(expression.Set(name(attrEpoch), value(epoch))))
+	bo := backoff{base: m.cfg.backoffBase, cap: m.cfg.backoffCap}
+	for {
+		_, err := m.db.UpdateItem(ctx, conditionalUpdate(m.table, m.keyOf(h.key, h.ns), e, types.ReturnValueNone), noSDKRetry)
+		if err == nil {
+			return epoch, nil
+		}
+		switch classify(err) {
+		case errCondition:
+			old, ok := conditionOld(err)
+			if !ok {
+				old, _ = m.read(ctx, h.key, h.ns)
+			}
+			row := parseMutexRow(old, h.wattr)
+			if row.format == fmtFair && row.ownEntry && row.serving == row.ownTicket && row.hasEpoch {
+				return row.epoch, nil // set by our earlier attempt, or by a holder before us
+			}
+			return 0, &LeaseError{Op: "acquire", Key: h.key, LeaseID: h.leaseID(), Current: row.holder(), Err: ErrLeaseLost}
+		case errFatal:
+			return 0, fmt.Errorf("lockcore: acquire %q: set fence epoch: %w", h.key, err)
+		}
+		if serr := sleep(ctx, bo.next()); serr != nil {
+			return 0, fmt.Errorf("lockcore: acquire %q: set fence epoch: %w (last error: %v)", h.key, serr, err)
+		}
+	}
+}
+
+// failure explains a failed owner-checked write of the ticket format from the row that
+// failed it. legacy is true when the row is in the previous format and names the lease:
+// the caller then falls back to the previous format's operation.
+func (h *mutexHold) failure(op string, l *Lease, row mutexRow) (legacy bool, err error) {
+	if row.format == fmtLegacyHeld || row.format == fmtLegacyReleased {
+		if attrS(row.raw, attrLeaseID) == l.id {
+			return true, nil
+		}
+	}
+	if row.ownEntry && row.details[row.ownTicket].owner != l.owner {
+		return false, &LeaseError{Op: op, Key: l.key, LeaseID: l.id, Current: row.holder(), Err: ErrNotOwner}
+	}
+	return false, &LeaseError{Op: op, Key: l.key, LeaseID: l.id, Current: row.holder(), Err: ErrLeaseLost}
+}
+
+// renew implements leaseOps: the holder's heartbeat.
+func (h *mutexHold) renew(ctx context.Context, l *Lease) error {
+	m := h.m
+	bo := backoff{base: m.cfg.backoffBase, cap: m.cfg.backoffCap}
+	for {
+		now := m.cfg.clock.Now()
+		e := expr(expression.NewBuilder().WithCondition(h.ours(l.owner)).WithUpdate(
+			expression.Add(name(attrRev), value(1)).
+				Set(name(attrHFor), name(attrServing)).
+				Set(name(attrHUntil), value(now.Add(l.duration).UnixMilli())).
+				Set(name(attrExpiresAt), value(m.cfg.ttlAt(now, l.duration+m.cfg.ttlGrace)))))
+		out, err := m.db.UpdateItem(ctx, conditionalUpdate(m.table, m.keyOf(h.key, h.ns), e, types.ReturnValueNone), noSDKRetry)
+		switch {
+		case err == nil:
+			m.cfg.observeServer(out.ResultMetadata)
+			return nil
+		case classify(err) == errCondition:
+			old, ok := conditionOld(err)
+			if !ok {
+				var rerr error
+				if old, rerr = m.read(ctx, h.key, h.ns); rerr != nil {
+					return fmt.Errorf("lockcore: renew %q: condition failed and re-read failed: %w", l.key, rerr)
+				}
+			}
+			legacy, ferr := h.failure("renew", l, parseMutexRow(old, h.wattr))
+			if legacy {
+				return m.renew(ctx, l)
+			}
+			return ferr
+		case classify(err) == errFatal:
+			return fmt.Errorf("lockcore: renew %q: %w", h.key, err)
+		}
+		// Throttled or ambiguous: only a call that certainly succeeded may extend the
+		// local validity, so try again.
+		if serr := sleep(ctx, bo.next()); serr != nil {
+			return fmt.Errorf("lockcore: renew %q: %w (last error: %v)", h.key, serr, err)
+		}
+	}
+}
+
+// release implements leaseOps: it serves the next ticket. When no later ticket was
+// issued the row is kept for the retention period (it keeps its fencing counter);
+// otherwise its TTL is a lease and the grace ahead, as an acquisition's, and the next
+// ticket's wall-clock lease end is recorded.
+func (h *mutexHold) release(ctx context.Context, l *Lease) error {
+	m := h.m
+	if !h.since.IsZero() {
+		m.pacing.held(m.pk(h.key, h.ns), m.cfg.clock.Now().Sub(h.since))
+	}
+	bo := backoff{base: m.cfg.backoffBase, cap: m.cfg.backoffCap}
+	uncertain := false
+	idle := h.ticket == 0 || h.next <= h.ticket
+	for {
+		now := m.cfg.clock.Now()
+		upd := expression.Set(name(attrServing), expression.Plus(name(attrServing), value(1))).
+			Set(name(attrRel), name(attrServing)).
+			Add(name(attrRev), value(1)).
+			Remove(name(h.wattr)).
+			Remove(name(h.dattr))
+		for _, tomb := range h.gc {
+			upd = upd.Remove(name(tomb))
+		}
+		var cond expression.ConditionBuilder
+		if idle {
+			cond = expression.And(h.ours(l.owner), expression.Equal(name(attrFence), name(h.wattr)))
+			upd = upd.Remove(name(attrHFor)).Remove(name(attrHUntil)).Remove(name(attrHSince)).
+				Set(name(attrExpiresAt), value(m.cfg.ttlAt(now, m.cfg.retention)))
+		} else {
+			cond = expression.And(h.ours(l.owner), expression.GreaterThan(name(attrFence), name(h.wattr)))
+			upd = upd.Set(name(attrHFor), expression.Plus(name(attrServing), value(1))).
+				Set(name(attrHUntil), value(now.Add(l.duration).UnixMilli())).
+				Set(name(attrHSince), value(now.UnixMilli())).
+				Set(name(attrExpiresAt), value(m.cfg.ttlAt(now, max(l.duration, m.cfg.lease)+m.cfg.ttlGrace)))
+		}
+		e := expr(expression.NewBuilder().WithCondition(cond).WithUpdate(upd))
+		_, err := m.db.UpdateItem(ctx, conditionalUpdate(m.table, m.keyOf(h.key, h.ns), e, types.ReturnValueNone), noSDKRetry)
+		if err == nil {
+			return nil
+		}
+		switch classify(err) {
+		case errCondition:
+			old, ok := conditionOld(err)
+			if !ok {
+				var rerr error
+				if old, rerr = m.read(ctx, h.key, h.ns); rerr != nil {
+					return fmt.Errorf("lockcore: release %q: condition failed and re-read failed: %w", h.key, rerr)
+				}
+			}
+			row := parseMutexRow(old, h.wattr)
+			if row.ownEntry && row.serving == row.ownTicket && row.details[row.ownTicket].owner == l.owner {
+				idle = !idle // still ours: the other variant fits (a ticket was issued meanwhile)
+				continue
+			}
+			legacy, ferr := h.failure("release", l, row)
+			switch {
+			case legacy:
+				return m.release(ctx, l)
+			case errors.Is(ferr, ErrNotOwner):
+				return ferr
+			case uncertain && h.ticket != 0 && row.exists && row.life == h.life && row.rel == h.ticket:
+				return nil // our earlier attempt landed
+			case uncertain && !(h.ticket != 0 && row.exists && row.life == h.life && row.skip == h.ticket):
+				return &LeaseError{Op: "release", Key: h.key, LeaseID: l.id, Current: row.holder(), Err: errLostUnknown}
+			}
+			return ferr
+		case errFatal:
+			return fmt.Errorf("lockcore: release %q: %w", h.key, err)
+		case errAmbiguous:
+			uncertain = true
+		}
+		if serr := sleep(ctx, bo.next()); serr != nil {
+			return fmt.Errorf("lockcore: release %q: %w (last error: %v)", h.key, serr, err)
+		}
+	}
+}

@@ -1,0 +1,501 @@
+package lockcore_test
+
+// Tests of the Mutex's ticket protocol: arrival order, skips of crashed and paused
+// holders (never earlier than a lease), withdrawn waiters, lost responses, and clients of
+// the previous release (conditional-put protocol) on the same rows.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/expression"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/turnstile-locks/turnstile/lockcore"
+)
+
+// Waiters that take their tickets in a known order acquire in exactly that order.
+func TestMutexFIFOOrder(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ctx := ctxT(t, 2*time.Minute)
+	first, _ := lockcore.NewMutex(e.db, e.locks, fast("first")...)
+	lf, err := first.Acquire(ctx, "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var order []int
+	var wg sync.WaitGroup
+	for i := range 10 {
+		queued := make(chan struct{})
+		var once sync.Once
+		m, err := lockcore.NewMutex(e.db, e.locks, fast(fmt.Sprintf("w%d", i),
+			lockcore.WithAfterTicketHook(func(string, int64) { once.Do(func() { close(queued) }) }))...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			l, err := m.Acquire(ctx, "k", lockcore.Data([]byte(strconv.Itoa(i))))
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			mu.Lock()
+			order = append(order, i)
+			mu.Unlock()
+			_ = l.Release(ctx)
+		}()
+		<-queued // the next waiter takes its ticket only after this one has its own
+	}
+	// The Inspector shows them waiting in that order.
+	got := showOne(t, ctx, inspector(t, e), "k", lockcore.ShowOptions{})
+	if len(got.Waiters) != 10 || got.Holder == nil || got.Holder.Owner != "first" || got.Holder.LeaseID != lf.ID() {
+		t.Fatalf("show: holder %+v, %d waiters", got.Holder, len(got.Waiters))
+	}
+	for i, w := range got.Waiters {
+		if w.Position != i+1 || w.Owner != fmt.Sprintf("w%d", i) {
+			t.Fatalf("waiter %d = %+v", i, w)
+		}
+	}
+	if err := lf.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	wg.Wait()
+	for i, w := range order {
+		if w != i {
+			t.Fatalf("acquisition order %v, want 0..9", order)
+		}
+	}
+}
+
+// Bounded bypass under contention: every acquisition waits for fewer other acquisitions
+// than there are workers (a waiter is passed only by those that queued before it), and
+// no two workers ever hold at once.
+func TestMutexBoundedBypass(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ctx := ctxT(t, 2*time.Minute)
+	const workers, rounds = 8, 6
+	var ov overlap
+	var served atomic.Int64 // acquisitions so far
+	var worst atomic.Int64
+	var wg sync.WaitGroup
+	for w := range workers {
+		m, _ := lockcore.NewMutex(e.db, e.locks, fast(fmt.Sprintf("w%d", w))...)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range rounds {
+				before := served.Load()
+				l, err := m.Acquire(ctx, "hot")
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				ov.enter()
+				if passed := served.Add(1) - 1 - before; passed > worst.Load() {
+					worst.Store(passed)
+				}
+				time.Sleep(time.Duration(rand.IntN(3)) * time.Millisecond)
+				ov.exit()
+				if err := l.Release(ctx); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if m := ov.max.Load(); m > 1 {
+		t.Fatalf("%d holders at once", m)
+	}
+	// A waiter is passed by at most the workers-1 others that queued before it (and, if
+	// it arrived just as one of them was re-queueing, that one once more).
+	if w := worst.Load(); w > workers {
+		t.Fatalf("an acquisition was bypassed by %d others (%d workers)", w, workers)
+	}
+	t.Logf("worst bypass %d with %d workers", worst.Load(), workers)
+}
+
+// Holders that crash (stop heartbeating without releasing) are skipped, never before a
+// lease after their last heartbeat, and never while another holder holds.
+func TestMutexCrashedHoldersUnderContention(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ctx := ctxT(t, 3*time.Minute)
+	const workers, rounds = 6, 4
+	hb := 300 * time.Millisecond
+	var ov overlap
+	var mu sync.Mutex
+	var lastCrash time.Time // when the last crashed holder stopped
+	var early []string
+	var crashes atomic.Int32
+	var wg sync.WaitGroup
+	for w := range workers {
+		m, _ := lockcore.NewMutex(e.db, e.locks, fast(fmt.Sprintf("w%d", w), lockcore.WithHeartbeat(hb))...)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for r := range rounds {
+				hctx, stop := context.WithCancel(ctx)
+				l, err := m.Acquire(hctx, "crashy")
+				if err != nil {
+					stop()
+					t.Error(err)
+					return
+				}
+				got := time.Now()
+				ov.enter()
+				mu.Lock()
+				if !lastCrash.IsZero() && got.Sub(lastCrash) < lease-hb-100*time.Millisecond {
+					early = append(early, fmt.Sprintf("w%d entered %s after a crash", w, got.Sub(lastCrash)))
+				}
+				lastCrash = time.Time{}
+				mu.Unlock()
+				time.Sleep(20 * time.Millisecond)
+				if (w+r)%5 == 0 && crashes.Load() < 3 { // crash: the heartbeat stops, no release
+					crashes.Add(1)
+					stop()
+					mu.Lock()
+					lastCrash = time.Now()
+					mu.Unlock()
+					ov.exit()
+					continue
+				}
+				ov.exit()
+				if err := l.Release(ctx); err != nil {
+					t.Errorf("release: %v", err)
+				}
+				stop()
+			}
+		}()
+	}
+	wg.Wait()
+	if m := ov.max.Load(); m > 1 {
+		t.Fatalf("%d holders at once", m)
+	}
+	if len(early) > 0 {
+		t.Fatalf("crashed holders skipped early: %v", early)
+	}
+	if crashes.Load() == 0 {
+		t.Fatal("setup: no holder crashed")
+	}
+}
+
+// A holder paused past its lease is skipped after a lease, not earlier; when it wakes,
+// renew, release and guarded writes fail with ErrLeaseLost.
+func TestMutexPausedHolderSkipped(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ctx := ctxT(t, time.Minute)
+	a, _ := lockcore.NewMutex(e.db, e.locks, fast("a", lockcore.WithHeartbeat(0))...)
+	b, _ := lockcore.NewMutex(e.db, e.locks, fast("b")...)
+	la, err := a.Acquire(ctx, "p")
+	if err != nil {
+		t.Fatal(err)
+	}
+	since := time.Now()
+	lb, err := b.Acquire(ctx, "p")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if took := time.Since(since); took < lease {
+		t.Fatalf("the paused holder was skipped after %s, within its lease %s", took, lease)
+	}
+	if lb.Token() <= la.Token() {
+		t.Fatalf("tokens a=%d b=%d", la.Token(), lb.Token())
+	}
+	g := guardOf(a.GuardCheck(la))
+	err = guardedPut(ctx, e, g, la, "a")
+	if err := lockcore.GuardedWriteError(err, 0, la); !errors.Is(err, lockcore.ErrLeaseLost) {
+		t.Fatalf("paused holder's guarded write: %v, want ErrLeaseLost", err)
+	}
+	if err := guardedPut(ctx, e, guardOf(b.GuardCheck(lb)), lb, "b"); err != nil {
+		t.Fatalf("new holder's guarded write: %v", err)
+	}
+	mustNot(t, la.Renew(ctx), lockcore.ErrLeaseLost)
+	mustNot(t, la.Release(ctx), lockcore.ErrLeaseLost)
+	if err := lb.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Waiters that give up (their wait runs out, their context is cancelled) withdraw their
+// tickets: the waiter behind them gets the lock at once when it is released.
+func TestMutexWithdrawnWaitersDontStall(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ctx := ctxT(t, time.Minute)
+	h, _ := lockcore.NewMutex(e.db, e.locks, fast("holder")...)
+	lh, err := h.Acquire(ctx, "w")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	cctx, cancel := context.WithCancel(ctx)
+	for i := range 4 {
+		m, _ := lockcore.NewMutex(e.db, e.locks, fast(fmt.Sprintf("quitter%d", i))...)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var err error
+			if i%2 == 0 {
+				_, err = m.Acquire(ctx, "w", lockcore.Wait(lockcore.WaitUpTo(300*time.Millisecond)))
+				mustNot(t, err, lockcore.ErrWaitTimeout)
+			} else {
+				_, err = m.Acquire(cctx, "w")
+				mustNot(t, err, context.Canceled)
+			}
+		}()
+	}
+	in := inspector(t, e)
+	waitFor(t, 10*time.Second, "four waiters", func() bool {
+		return len(showOne(t, ctx, in, "w", lockcore.ShowOptions{}).Waiters) == 4
+	})
+	last, _ := lockcore.NewMutex(e.db, e.locks, fast("patient")...)
+	got := make(chan time.Time, 1)
+	go func() {
+		l, err := last.Acquire(ctx, "w")
+		if err != nil {
+			t.Error(err)
+			got <- time.Time{}
+			return
+		}
+		got <- time.Now()
+		_ = l.Release(ctx)
+	}()
+	waitFor(t, 10*time.Second, "five waiters", func() bool {
+		return len(showOne(t, ctx, in, "w", lockcore.ShowOptions{}).Waiters) == 5
+	})
+	cancel()
+	wg.Wait()
+	if n := len(showOne(t, ctx, in, "w", lockcore.ShowOptions{}).Waiters); n != 1 {
+		t.Fatalf("%d waiters after four withdrew, want 1", n)
+	}
+	released := time.Now()
+	if err := lh.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	at := <-got
+	if d := at.Sub(released); d > lease/2 {
+		t.Fatalf("the remaining waiter got the lock %s after the release: withdrawn tickets stalled the queue", d)
+	}
+}
+
+// A queued ticket request whose response is lost is settled by its entry (no second
+// ticket, no orphan), and a release whose response is lost is settled too.
+func TestMutexAmbiguousTakeAndRelease(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ctx := ctxT(t, time.Minute)
+	h, _ := lockcore.NewMutex(e.db, e.locks, fast("holder")...)
+	lh, err := h.Acquire(ctx, "amb")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &faulty{DynamoDB: e.db}
+	f.landAndLose = func(in *dynamodb.UpdateItemInput) bool { return in.ReturnValues == types.ReturnValueAllNew }
+	w, _ := lockcore.NewMutex(f, e.locks, fast("waiter", lockcore.WithHeartbeat(0))...)
+	got := make(chan *lockcore.Lease, 1)
+	go func() {
+		l, err := w.Acquire(ctx, "amb")
+		if err != nil {
+			t.Error(err)
+		}
+		got <- l
+	}()
+	in := inspector(t, e)
+	waitFor(t, 10*time.Second, "the waiter's ticket", func() bool {
+		return len(showOne(t, ctx, in, "amb", lockcore.ShowOptions{}).Waiters) == 1
+	})
+	if !f.fired.Load() {
+		t.Fatal("setup: the ticket request's response was not lost")
+	}
+	if err := lh.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	lw := <-got
+	if lw == nil {
+		t.FailNow()
+	}
+	if lw.Token() != lh.Token()+1 {
+		t.Fatalf("waiter token %d, want the next ticket after %d (one ticket only)", lw.Token(), lh.Token())
+	}
+	// Release with a lost response (a fresh fault): settled as released.
+	f.fired.Store(false)
+	f.landAndLose = func(in *dynamodb.UpdateItemInput) bool { return in.ReturnValues == types.ReturnValueNone }
+	if err := lw.Release(ctx); err != nil {
+		t.Fatalf("release with a lost response: %v", err)
+	}
+	l, err := h.TryAcquire(ctx, "amb")
+	if err != nil {
+		t.Fatalf("lock left orphaned: %v", err)
+	}
+	if got := showOne(t, ctx, in, "amb", lockcore.ShowOptions{}); len(got.Waiters) != 0 || got.Holder == nil || got.Holder.Owner != "holder" {
+		t.Fatalf("show: %+v waiters %v", got.Holder, got.Waiters)
+	}
+	_ = l.Release(ctx)
+}
+
+// oldClient plays a client of the previous release on the same table: its acquisition is
+// the conditional put it made (free if the row is absent or released; with a takeover
+// clause for a lease it watched unchanged, or a wall-clock one), its release sets state
+// released, conditioned on its lease id.
+type oldClient struct {
+	db    lockcore.DynamoDB
+	table string
+	owner string
+}
+
+func (o oldClient) key(k string) map[string]types.AttributeValue {
+	return map[string]types.AttributeValue{"pk": &types.AttributeValueMemberS{Value: k}, "sk": &types.AttributeValueMemberS{Value: "lock"}}
+}
+
+// acquire runs the old attempt with every takeover clause it could ever add (the stale
+// lease named from whatever the row shows, and a wall-clock cutoff far in the future).
+func (o oldClient) acquire(ctx context.Context, k, leaseID string) error {
+	cur, _ := o.db.GetItem(ctx, &dynamodb.GetItemInput{TableName: aws.String(o.table), Key: o.key(k), ConsistentRead: aws.Bool(true)})
+	free := expression.Or(
+		expression.AttributeNotExists(expression.Name("pk")),
+		expression.Equal(expression.Name("state"), expression.Value("released")),
+		expression.LessThan(expression.Name("until"), expression.Value(time.Now().Add(time.Hour).UnixMilli())))
+	if cur != nil && cur.Item != nil {
+		if id, ok := cur.Item["leaseId"]; ok {
+			free = expression.Or(free, expression.And(
+				expression.Equal(expression.Name("leaseId"), expression.Value(id)),
+				expression.Equal(expression.Name("rev"), expression.Value(cur.Item["rev"]))))
+		}
+	}
+	now := time.Now()
+	upd := expression.Set(expression.Name("state"), expression.Value("held")).
+		Set(expression.Name("owner"), expression.Value(o.owner)).
+		Set(expression.Name("leaseId"), expression.Value(leaseID)).
+		Set(expression.Name("leaseMs"), expression.Value(3000)).
+		Set(expression.Name("until"), expression.Value(now.Add(lease).UnixMilli())).
+		Set(expression.Name("expiresAt"), expression.Value(now.Add(time.Hour).Unix())).
+		Set(expression.Name("epoch"), expression.IfNotExists(expression.Name("epoch"), expression.Value(900))).
+		Add(expression.Name("rev"), expression.Value(1)).
+		Add(expression.Name("fence"), expression.Value(1))
+	ex, _ := expression.NewBuilder().WithCondition(free).WithUpdate(upd).Build()
+	_, err := o.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{TableName: aws.String(o.table), Key: o.key(k),
+		ConditionExpression: ex.Condition(), UpdateExpression: ex.Update(),
+		ExpressionAttributeNames: ex.Names(), ExpressionAttributeValues: ex.Values()})
+	return err
+}
+
+func (o oldClient) release(ctx context.Context, k, leaseID string) error {
+	ex, _ := expression.NewBuilder().WithCondition(expression.And(
+		expression.Equal(expression.Name("leaseId"), expression.Value(leaseID)),
+		expression.Equal(expression.Name("owner"), expression.Value(o.owner)),
+		expression.Equal(expression.Name("state"), expression.Value("held")))).
+		WithUpdate(expression.Set(expression.Name("state"), expression.Value("released"))).Build()
+	_, err := o.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{TableName: aws.String(o.table), Key: o.key(k),
+		ConditionExpression: ex.Condition(), UpdateExpression: ex.Update(),
+		ExpressionAttributeNames: ex.Names(), ExpressionAttributeValues: ex.Values()})
+	return err
+}
+
+// A rolling deploy: an old client and a new one on the same rows never both hold.
+func TestMutexMixedWithPreviousRelease(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ctx := ctxT(t, time.Minute)
+	old := oldClient{db: e.db, table: e.locks, owner: "old"}
+	m, _ := lockcore.NewMutex(e.db, e.locks, fast("new")...)
+	var ccf *types.ConditionalCheckFailedException
+
+	// The old client holds: the new one cannot take the row (nor queue on it).
+	if err := old.acquire(ctx, "mix", "old#1"); err != nil {
+		t.Fatal(err)
+	}
+	_, err := m.TryAcquire(ctx, "mix")
+	var held *lockcore.HeldError
+	if !errors.As(err, &held) || held.Holder == nil || held.Holder.Owner != "old" {
+		t.Fatalf("new client on an old client's lease: %v, want HeldError naming old", err)
+	}
+	_, err = m.Acquire(ctx, "mix", lockcore.Wait(lockcore.WaitUpTo(500*time.Millisecond)))
+	mustNot(t, err, lockcore.ErrWaitTimeout)
+	if info, _ := m.Get(ctx, "mix"); !info.Held || info.Holder.Owner != "old" {
+		t.Fatalf("Get: %+v", info)
+	}
+
+	// The old client releases: the new one converts the row, with a higher token.
+	if err := old.release(ctx, "mix", "old#1"); err != nil {
+		t.Fatal(err)
+	}
+	l, err := m.TryAcquire(ctx, "mix")
+	if err != nil {
+		t.Fatalf("new client on a released old row: %v", err)
+	}
+	if l.Token().Epoch() != 900 || l.Token().Seq() != 2 {
+		t.Fatalf("token %d (epoch %d seq %d), want epoch 900 seq 2 (the old row's counter continued)", l.Token(), l.Token().Epoch(), l.Token().Seq())
+	}
+	// While the new client holds, every condition an old client could send fails.
+	if err := old.acquire(ctx, "mix", "old#2"); !errors.As(err, &ccf) {
+		t.Fatalf("old client on a new client's lease: %v, want ConditionalCheckFailed", err)
+	}
+	if err := old.release(ctx, "mix", l.ID()); !errors.As(err, &ccf) {
+		t.Fatalf("old release of the new lease: %v, want ConditionalCheckFailed", err)
+	}
+	if err := l.Renew(ctx); err != nil {
+		t.Fatalf("the new holder lost its lease: %v", err)
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// A row in the ticket format, even released, stays out of old clients' reach.
+	if err := old.acquire(ctx, "mix", "old#3"); !errors.As(err, &ccf) {
+		t.Fatalf("old client on a released new row: %v, want ConditionalCheckFailed", err)
+	}
+
+	// An old client's lease that stops being renewed is taken over by observation.
+	if err := old.acquire(ctx, "mix2", "old#4"); err != nil {
+		t.Fatal(err)
+	}
+	since := time.Now()
+	l2, err := m.Acquire(ctx, "mix2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := time.Since(since); d < lease {
+		t.Fatalf("took over the old client's lease after %s, within its lease", d)
+	}
+	if err := old.release(ctx, "mix2", "old#4"); !errors.As(err, &ccf) {
+		t.Fatalf("the old client released after the takeover: %v", err)
+	}
+	_ = l2.Release(ctx)
+}
+
+// Clients with different leases share one lock: the waiter skips a stalled holder only
+// after the holder's own (longer) lease.
+func TestMutexSkipUsesHoldersLease(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ctx := ctxT(t, time.Minute)
+	long, _ := lockcore.NewMutex(e.db, e.locks, fast("long", lockcore.WithHeartbeat(0))...)
+	short, _ := lockcore.NewMutex(e.db, e.locks, fast("short")...)
+	if _, err := long.Acquire(ctx, "lease", lockcore.LeaseDuration(5*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	since := time.Now()
+	l, err := short.Acquire(ctx, "lease")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := time.Since(since); d < 5*time.Second {
+		t.Fatalf("skipped a 5s lease after %s", d)
+	}
+	_ = l.Release(ctx)
+}
