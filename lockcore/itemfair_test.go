@@ -741,3 +741,31 @@ func TestItemFairQueueSizeWith64Waiters(t *testing.T) {
 	cancel()
 	wg.Wait()
 }
+
+// Updates made while the heartbeat renews (a heartbeat every 10 ms, updates back to back
+// for a second) share the hold's view of the item safely: the race detector, which this
+// suite runs under, found them writing it at once (the chaos smoke test's shop did).
+func TestItemUpdatesRaceHeartbeat(t *testing.T) {
+	e := newEnv(t)
+	ctx := ctxT(t, time.Minute)
+	il, err := lockcore.NewItemLocker(e.db, e.data, fast("racer", lockcore.WithHeartbeat(10*time.Millisecond))...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := il.Acquire(ctx, dataKey("race"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	end := time.Now().Add(time.Second)
+	n := 0
+	for time.Now().Before(end) {
+		if _, err := l.Update(ctx, expression.Add(expression.Name("n"), expression.Value(1)), expression.ConditionBuilder{}); err != nil {
+			t.Fatalf("update %d: %v", n, err)
+		}
+		n++
+	}
+	if _, err := l.UpdateAndRelease(ctx, expression.Add(expression.Name("n"), expression.Value(1)), expression.ConditionBuilder{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%d updates beside the heartbeat", n)
+}

@@ -529,6 +529,9 @@ func (il *ItemLocker) write(ctx context.Context, lease *ItemLease, update expres
 		// lease lost); the heartbeat resumes if the lease stays held.
 		defer l.pauseHeartbeat()()
 	}
+	// After the pause: a paused heartbeat has finished its renewal, a running one waits.
+	h.io.Lock()
+	defer h.io.Unlock()
 	if err := l.Err(); err != nil {
 		return nil, err
 	}

@@ -157,6 +157,10 @@ type itemHold struct {
 	gc     []string
 	since  time.Time
 
+	// io serializes the heartbeat's renewals with the holder's writes: both record what
+	// they learn of the item (entry, next) in the hold.
+	io sync.Mutex
+
 	skippedStalled bool
 }
 
@@ -271,6 +275,8 @@ func (h *itemHold) learnTicket(ctx context.Context, l *Lease) {
 
 // renew implements leaseOps: the heartbeat, which also claims a handed-over ticket.
 func (h *itemHold) renew(ctx context.Context, l *Lease) error {
+	h.io.Lock()
+	defer h.io.Unlock()
 	il := h.il
 	a := il.attrs
 	bo := backoff{base: il.cfg.backoffBase, cap: il.cfg.backoffCap}
