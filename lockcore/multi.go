@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
 )
 
 // MultiLease holds several keys of one Mutex, acquired together.
@@ -35,14 +36,21 @@ func (ml *MultiLease) Err() error {
 	return nil
 }
 
-// Release releases every lease (in reverse order) and joins their errors.
+// Release releases every lease and joins their errors. The releases run concurrently:
+// each serves its key's next waiter, and a waiter wanting several of the keys should not
+// wait one round trip per key (release order does not matter for deadlock freedom, which
+// comes from the order of acquisition).
 func (ml *MultiLease) Release(ctx context.Context) error {
-	var errs []error
-	for i := len(ml.leases) - 1; i >= 0; i-- {
-		if err := ml.leases[i].Release(ctx); err != nil {
-			errs = append(errs, err)
-		}
+	errs := make([]error, len(ml.leases))
+	var wg sync.WaitGroup
+	for i, l := range ml.leases {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = l.Release(ctx)
+		}()
 	}
+	wg.Wait()
 	return errors.Join(errs...)
 }
 
