@@ -317,12 +317,10 @@ func TestMutexAmbiguousTakeAndRelease(t *testing.T) {
 		got <- l
 	}()
 	in := inspector(t, e)
-	waitFor(t, 10*time.Second, "the waiter's ticket", func() bool {
-		return len(showOne(t, ctx, in, "amb", lockcore.ShowOptions{}).Waiters) == 1
+	// The wrapper marks the fault after the request landed: wait for both.
+	waitFor(t, 10*time.Second, "the waiter's ticket, its response lost", func() bool {
+		return f.fired.Load() && len(showOne(t, ctx, in, "amb", lockcore.ShowOptions{}).Waiters) == 1
 	})
-	if !f.fired.Load() {
-		t.Fatal("setup: the ticket request's response was not lost")
-	}
 	if err := lh.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
