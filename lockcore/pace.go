@@ -130,10 +130,11 @@ type pacer struct {
 	prevSent time.Time     // send time of the previous read
 	winAt    time.Time     // start of the window the pace is measured over
 	winMoved int64         // tickets served in the window
+	movedAt  time.Time     // send time of the last read that found the head moved (or the wait's start; zero: unknown)
 }
 
 func newPacer(p *pacing, key string, sent time.Time) pacer {
-	return pacer{reach: p.lastReach(key), pace: p.lastPace(key), prevSent: sent, winAt: sent}
+	return pacer{reach: p.lastReach(key), pace: p.lastPace(key), prevSent: sent, winAt: sent, movedAt: sent}
 }
 
 // done records the outcome of the wait in p.
@@ -152,6 +153,7 @@ func (p *pacer) read(send time.Time, moved int64, turn, rtt time.Duration) {
 	if moved <= 0 {
 		return
 	}
+	p.movedAt = send
 	// The head got the lock when the pace predicts, as far as the two reads allow.
 	t := turn
 	if t <= 0 {
@@ -184,7 +186,7 @@ func (p *pacer) read(send time.Time, moved int64, turn, rtt time.Duration) {
 // restart forgets the head (the queue started over, or its head is not known yet) and
 // starts a new pace window at send.
 func (p *pacer) restart(send time.Time) {
-	p.headAt, p.prevSent, p.winAt, p.winMoved = time.Time{}, send, send, 0
+	p.headAt, p.prevSent, p.winAt, p.winMoved, p.movedAt = time.Time{}, send, send, 0, send
 }
 
 // delay is how long a waiter at position pos (1 = next in line) sleeps before its next
@@ -200,7 +202,23 @@ func (p *pacer) restart(send time.Time) {
 // waits for the turns still ahead of it. Turns are planned low (see pacing.turn): a read
 // that comes early costs one RCU; one that comes late leaves the lock idle. With nothing
 // learnt yet, every read halves the distance.
+//
+// A queue that has not moved for much longer than a turn (a holder that holds for
+// seconds: a batch waiting for other locks, say), or whose turns nothing is known about
+// yet, is read at most every quarter of the time it has stood still: a long hold costs a
+// few reads (about four per doubling of the wait) instead of one every few milliseconds.
 func (p *pacer) delay(now time.Time, pos int64, rtt, turn time.Duration) time.Duration {
+	d := p.paced(now, pos, rtt, turn)
+	if !p.movedAt.IsZero() {
+		if still := now.Sub(p.movedAt); turn <= 0 || still > 2*turn {
+			d = max(d, still/4)
+		}
+	}
+	return d
+}
+
+// paced is delay for a queue that moves at its pace.
+func (p *pacer) paced(now time.Time, pos int64, rtt, turn time.Duration) time.Duration {
 	p.far = false
 	if turn <= 0 {
 		if d := time.Duration(pos-1)*2*rtt + rtt; d > 2*rtt {

@@ -7,6 +7,42 @@ import (
 
 const ms = time.Millisecond
 
+// A queue that stands still is read less and less often: at most every quarter of the
+// time since it last moved, once that is much longer than a turn or no turn is known.
+func TestPacerDelayStandingQueue(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	for _, tc := range []struct {
+		name       string
+		still      time.Duration // since the head last moved
+		turn, want time.Duration
+	}{
+		{"unknown turn, just started", 0, 0, 5 * ms},
+		{"unknown turn, 4 s still", 4 * time.Second, 0, time.Second},
+		{"known turn, within two turns", 70 * ms, 40 * ms, 7500 * time.Microsecond}, // paced: a quarter of the overdue 30 ms
+		{"known turn, 2 s still", 2 * time.Second, 40 * ms, 500 * ms},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			now := t0.Add(tc.still)
+			p := pacer{reach: maxReach, movedAt: t0}
+			if tc.turn > 0 {
+				p.headAt = t0 // the head got the lock when the queue last moved
+			}
+			if got := p.delay(now, 1, 10*ms, tc.turn); got != tc.want {
+				t.Errorf("delay = %s, want %s", got, tc.want)
+			}
+		})
+	}
+	// Reads over a 10 s hold with nothing known: a few dozen, not thousands.
+	p := pacer{reach: maxReach, movedAt: t0}
+	reads := 0
+	for now := t0; now.Before(t0.Add(10 * time.Second)); reads++ {
+		now = now.Add(max(p.delay(now, 1, time.Millisecond, 0), time.Millisecond))
+	}
+	if reads > 60 {
+		t.Errorf("%d reads over a 10 s hold, want at most 60", reads)
+	}
+}
+
 func TestPacerDelay(t *testing.T) {
 	t0 := time.Unix(1000, 0)
 	for _, tc := range []struct {
