@@ -24,17 +24,33 @@ import (
 //	serving    ticket allowed in
 //	rev        bumps on every handoff, skip and heartbeat
 //	life       random id of this row's life      epoch  fence epoch of this life
+//	leaseMs    the longest lease of the tickets issued since the lock was last free: set
+//	           by a take served at once (nobody holds or waits), raised by a queued take
+//	           with a longer lease, never lowered while the lock is in use; waiters skip
+//	           a served ticket after this lease (at least the holder's own)
 //	w#<id>     one per issued, unfinished ticket: the ticket, written by the update that
 //	           issued it (<id> is the suffix of the lease id "<owner>#<id>")
-//	d#<id>     the ticket's details: [owner, lease ms] or [owner, lease ms, data]
-//	hFor       ticket that hSince/hUntil describe; hSince: when it got the lock (ms),
+//	d#<id>     the ticket's data (binary), only for an acquisition with data (Data)
+//	hFor       ticket that hSince/hUntil/hOwner describe; hSince: when it got the lock
 //	hUntil     its wall-clock lease end (ms), moved by every heartbeat
+//	hOwner     its owner name, written by the writes that happen anyway: a take served
+//	           at once and every heartbeat (a handoff or skip removes it, so a holder
+//	           that entered by a handoff is reported without owner until it heartbeats)
 //	rel, skip  the last ticket released by its holder / skipped by a waiter
+//
+// A waiting ticket costs its w# entry only (about 13 bytes), so a row with 64 waiters
+// stays under 1 KB and a write of it costs 1 WCU (TestMutexRowUnderOneKBWith64Waiters).
+//
+// Rows written by the first release of the ticket format keep d#<id> = [owner, lease
+// ms] or [owner, lease ms, data] and no leaseMs: they are read as well (owner, lease
+// and data of a ticket come from its list when the row records none), and a queued take
+// accepts a row without leaseMs.
 const (
 	stateFair    = "fair"
 	attrHFor     = "hFor"
 	attrHUntil   = "hUntil"
 	attrHSince   = "hSince"
+	attrHOwner   = "hOwner"
 	detailPrefix = "d#"
 )
 
@@ -48,7 +64,8 @@ const (
 	fmtLegacyReleased                    // the previous release's format, released
 )
 
-// entryDetails are what a ticket's d# entry says.
+// entryDetails are what a ticket's d# entry says: its data, and in a row written by the
+// first release of the ticket format also its owner and lease.
 type entryDetails struct {
 	owner   string
 	leaseMs int64
@@ -60,8 +77,10 @@ type mutexRow struct {
 	ticketRow
 	raw                  item
 	format               mutexFormat
-	details              map[int64]entryDetails // ticket → details
+	details              map[int64]entryDetails // ticket → details (tickets with a d# entry)
 	hFor, hUntil, hSince int64
+	hOwner               string
+	leaseMs              int64 // 0: not recorded (a row of the first ticket-format release)
 	ttl                  int64
 }
 
@@ -83,7 +102,13 @@ func parseMutexRow(it item, wattr string) mutexRow {
 		r.waiters, r.servedEntry, r.ownEntry, r.ownTicket = map[int64]string{}, false, false, 0
 	}
 	for tk, w := range r.waiters {
-		r.details[tk] = parseDetails(it[detailPrefix+strings.TrimPrefix(w, waiterPrefix)])
+		if av, ok := it[detailPrefix+strings.TrimPrefix(w, waiterPrefix)]; ok {
+			r.details[tk] = parseDetails(av)
+		}
+	}
+	r.hOwner = attrS(it, attrHOwner)
+	if r.format == fmtFair {
+		r.leaseMs, _ = attrN(it, attrLeaseMs)
 	}
 	r.hFor, _ = attrN(it, attrHFor)
 	r.hUntil, _ = attrN(it, attrHUntil)
@@ -93,6 +118,9 @@ func parseMutexRow(it item, wattr string) mutexRow {
 }
 
 func parseDetails(av types.AttributeValue) entryDetails {
+	if b, ok := av.(*types.AttributeValueMemberB); ok {
+		return entryDetails{data: b.Value}
+	}
 	l, ok := av.(*types.AttributeValueMemberL)
 	if !ok {
 		return entryDetails{}
@@ -128,12 +156,26 @@ func (r mutexRow) entryID(tk int64) string {
 	return strings.TrimPrefix(w, waiterPrefix)
 }
 
-// servedLease is the lease of the served ticket (0: unknown, the ticket has no entry).
-func (r mutexRow) servedLease() time.Duration {
-	return time.Duration(r.details[r.serving].leaseMs) * time.Millisecond
+// leaseOf bounds the lease of ticket tk from above: the row's leaseMs, or the ticket's
+// own where a row of the first ticket-format release records a longer one (0: unknown).
+func (r mutexRow) leaseOf(tk int64) time.Duration {
+	return time.Duration(max(r.leaseMs, r.details[tk].leaseMs)) * time.Millisecond
 }
 
-// holder describes the served ticket (nil: none).
+// servedLease is the lease of the served ticket (0: unknown).
+func (r mutexRow) servedLease() time.Duration { return r.leaseOf(r.serving) }
+
+// ownerOf is the owner recorded for ticket tk ("": none recorded).
+func (r mutexRow) ownerOf(tk int64) string {
+	if r.hFor == tk && r.hOwner != "" {
+		return r.hOwner
+	}
+	return r.details[tk].owner
+}
+
+// holder describes the served ticket (nil: none). Its owner and lease id "<owner>#<id>"
+// are known when recorded (hOwner); otherwise it is described as TicketLock's holders
+// are: lease id "ticket N", no owner.
 func (r mutexRow) holder() *Holder {
 	if r.format == fmtLegacyHeld {
 		return holderOf(r.raw)
@@ -141,11 +183,11 @@ func (r mutexRow) holder() *Holder {
 	if !r.busy() {
 		return nil
 	}
-	h := &Holder{LeaseID: ticketLeaseID(r.serving), Rev: r.rev, Token: makeFence(r.epoch, r.serving)}
+	h := &Holder{LeaseID: ticketLeaseID(r.serving), Rev: r.rev, Token: makeFence(r.epoch, r.serving), Lease: r.servedLease()}
 	if id := r.entryID(r.serving); id != "" {
-		d := r.details[r.serving]
-		h.Owner, h.LeaseID = d.owner, d.owner+nsSeparator+id
-		h.Lease = time.Duration(d.leaseMs) * time.Millisecond
+		if owner := r.ownerOf(r.serving); owner != "" {
+			h.Owner, h.LeaseID = owner, owner+nsSeparator+id
+		}
 	}
 	if r.hFor == r.serving && r.hUntil > 0 {
 		h.Until = time.UnixMilli(r.hUntil)
@@ -199,17 +241,37 @@ func (m *Mutex) newHold(key, ns, id string) *mutexHold {
 
 func (h *mutexHold) leaseID() string { return h.m.cfg.owner + nsSeparator + h.id }
 
-// ours is the condition that the lease's ticket is served and its entry names owner.
-func (h *mutexHold) ours(owner string) expression.ConditionBuilder {
-	return expression.And(
-		expression.Equal(name(attrServing), name(h.wattr)),
-		expression.Equal(name(h.dattr+"[0]"), value(owner)))
+// ours is the condition that the lease's ticket is served. The owner check is the
+// client's (checkOwner): the row records no owner per ticket.
+func (h *mutexHold) ours() expression.ConditionBuilder {
+	return expression.Equal(name(attrServing), name(h.wattr))
+}
+
+// leaseOwner is the owner part of a lease id "<owner>#<id>" ("" if it has none).
+func leaseOwner(id string) string {
+	if i := strings.LastIndex(id, nsSeparator); i >= 0 {
+		return id[:i]
+	}
+	return ""
+}
+
+// checkOwner is the owner check of renew, release and GuardCheck, made before any
+// write: the lease's owner (this client's) must be the owner its lease id names, so
+// that no client can renew or release another owner's lease (one attached with Attach).
+// The previous format's check compared the row's owner with the owner name the client
+// itself sent, so a client was trusted for its own owner name then as now.
+func checkOwner(op string, l *Lease) error {
+	if leaseOwner(l.id) != l.owner {
+		return &LeaseError{Op: op, Key: l.key, LeaseID: l.id, Err: ErrNotOwner}
+	}
+	return nil
 }
 
 func (m *Mutex) pk(key, ns string) string { return m.table + "\x00" + key + "\x00" + ns }
 
 // legacyRemoved are the previous format's attributes that the ticket format drops.
-var legacyRemoved = []string{attrOwner, attrLeaseID, attrUntil, attrData, attrPrevLease, attrPrevState, attrAcquiredAt, attrLeaseMs}
+// (leaseMs, which the ticket format keeps with its own meaning, is set by the same update).
+var legacyRemoved = []string{attrOwner, attrLeaseID, attrUntil, attrData, attrPrevLease, attrPrevState, attrAcquiredAt}
 
 // take issues a ticket. It returns the row as the issuing update left it and the send
 // time of the first request that may have issued it. On a row in the previous format
@@ -231,10 +293,8 @@ func (m *Mutex) take(ctx context.Context, key string, ac *acquireConfig, start t
 	defer func() { m.cfg.seen.store(lk, obs) }()
 	var last *Holder
 	flips := 0
-	details := []any{m.cfg.owner, ac.lease.Milliseconds()}
-	if ac.data != nil {
-		details = append(details, ac.data)
-	}
+	leaseMs := ac.lease.Milliseconds()
+	grow := false // the row's leaseMs is shorter than ours (or absent): raise it
 	for {
 		now := m.cfg.clock.Now()
 		var stale *Holder
@@ -261,31 +321,48 @@ func (m *Mutex) take(ctx context.Context, key string, ac *acquireConfig, start t
 					expression.Equal(name(attrLeaseID), value(stale.LeaseID)),
 					expression.Equal(name(attrRev), value(stale.Rev))))
 			}
+			// Nobody holds or waits: the lease length may change.
 			upd := expression.Set(name(attrState), value(stateFair)).
 				Set(name(attrFence), tk).
 				Set(name(attrServing), tk).
 				Set(name(h.wattr), tk).
-				Set(name(h.dattr), value(details)).
+				Set(name(attrLeaseMs), value(leaseMs)).
 				Set(name(attrLife), expression.IfNotExists(name(attrLife), value(randomHex(8)))).
 				Set(name(attrHFor), tk).
+				Set(name(attrHOwner), value(m.cfg.owner)).
 				Set(name(attrHUntil), value(now.Add(ac.lease).UnixMilli())).
 				Set(name(attrHSince), value(now.UnixMilli())).
 				Set(name(attrExpiresAt), value(m.cfg.ttlAt(now, ac.lease+m.cfg.ttlGrace))).
 				Add(name(attrRev), value(1))
+			if ac.data != nil {
+				upd = upd.Set(name(h.dattr), value(ac.data))
+			}
 			for _, a := range legacyRemoved {
 				upd = upd.Remove(name(a))
 			}
 			e = expr(expression.NewBuilder().WithCondition(expression.And(expression.AttributeNotExists(name(h.wattr)), cond)).WithUpdate(upd))
 		} else {
-			// Queue behind the holder. The TTL is the holder's to keep (see Mutex).
+			// Queue behind the holder, making sure leaseMs is at least our lease (a row
+			// of the first ticket-format release has none). The TTL is the holder's to
+			// keep (see Mutex).
 			tk := expression.Plus(name(attrFence), value(1))
 			cond := expression.And(
 				expression.AttributeNotExists(name(h.wattr)),
 				expression.Equal(name(attrState), value(stateFair)),
 				expression.LessThanEqual(name(attrServing), name(attrFence)))
 			upd := expression.Set(name(attrFence), tk).
-				Set(name(h.wattr), tk).
-				Set(name(h.dattr), value(details))
+				Set(name(h.wattr), tk)
+			if grow {
+				cond = expression.And(cond, expression.Or(
+					expression.AttributeNotExists(name(attrLeaseMs)),
+					expression.LessThan(name(attrLeaseMs), value(leaseMs))))
+				upd = upd.Set(name(attrLeaseMs), value(leaseMs))
+			} else {
+				cond = expression.And(cond, expression.GreaterThanEqual(name(attrLeaseMs), value(leaseMs)))
+			}
+			if ac.data != nil {
+				upd = upd.Set(name(h.dattr), value(ac.data))
+			}
 			e = expr(expression.NewBuilder().WithCondition(cond).WithUpdate(upd))
 		}
 		if first.IsZero() {
@@ -332,7 +409,11 @@ func (m *Mutex) take(ctx context.Context, key string, ac *acquireConfig, start t
 				flips++
 				free = true
 			case row.format == fmtFair && !noWait(ac.wait):
-				flips++
+				if grow != (row.leaseMs < leaseMs) {
+					grow = !grow // the other variant fits the row's lease
+				} else {
+					flips++
+				}
 				free = false
 			case row.format == fmtFair:
 				// NoWait and the lock is busy — unless its holder is gone.
@@ -445,13 +526,14 @@ func (m *Mutex) skip(ctx context.Context, h *mutexHold, row mutexRow) bool {
 		expression.Equal(name(attrRev), value(row.rev)),
 		expression.Equal(name(attrLife), value(row.life)))
 	nextLease := m.cfg.lease
-	if d, ok := row.details[row.serving+1]; ok && d.leaseMs > 0 {
-		nextLease = time.Duration(d.leaseMs) * time.Millisecond
+	if d := row.leaseOf(row.serving + 1); d > 0 {
+		nextLease = d
 	}
 	upd := expression.Set(name(attrServing), value(row.serving+1)).
 		Set(name(attrSkip), value(row.serving)).
 		Set(name(attrExpiresAt), value(m.cfg.ttlAt(now, max(nextLease, m.cfg.lease)+m.cfg.ttlGrace))).
-		Add(name(attrRev), value(1))
+		Add(name(attrRev), value(1)).
+		Remove(name(attrHOwner))
 	if id := row.entryID(row.serving); id != "" {
 		upd = upd.Remove(name(waiterPrefix + id)).Remove(name(detailPrefix + id))
 	}
@@ -661,7 +743,7 @@ func (m *Mutex) withdraw(ctx context.Context, h *mutexHold) {
 			}
 			row := parseMutexRow(old, h.wattr)
 			if row.format == fmtFair && row.life == h.life && row.ownEntry && row.serving == row.ownTicket {
-				l := &Lease{key: h.key, namespace: h.ns, owner: m.cfg.owner, clock: m.cfg.clock, duration: m.cfg.lease}
+				l := &Lease{key: h.key, namespace: h.ns, id: h.leaseID(), owner: m.cfg.owner, clock: m.cfg.clock, duration: m.cfg.lease}
 				_ = h.release(ctx, l) // served meanwhile: pass it on
 			}
 			return
@@ -721,7 +803,7 @@ func (m *Mutex) startEpoch(ctx context.Context, h *mutexHold) (int64, error) {
 		return 0, err
 	}
 	e := expr(expression.NewBuilder().
-		WithCondition(expression.And(h.ours(m.cfg.owner), expression.AttributeNotExists(name(attrEpoch)))).
+		WithCondition(expression.And(h.ours(), expression.AttributeNotExists(name(attrEpoch)))).
 		WithUpdate(expression.Set(name(attrEpoch), value(epoch))))
 	bo := backoff{base: m.cfg.backoffBase, cap: m.cfg.backoffCap}
 	for {
@@ -758,7 +840,8 @@ func (h *mutexHold) failure(op string, l *Lease, row mutexRow) (legacy bool, err
 			return true, nil
 		}
 	}
-	if row.ownEntry && row.details[row.ownTicket].owner != l.owner {
+	if owner := row.details[row.ownTicket].owner; row.ownEntry && owner != "" && owner != l.owner {
+		// A ticket of the first ticket-format release, which recorded its owner.
 		return false, &LeaseError{Op: op, Key: l.key, LeaseID: l.id, Current: row.holder(), Err: ErrNotOwner}
 	}
 	return false, &LeaseError{Op: op, Key: l.key, LeaseID: l.id, Current: row.holder(), Err: ErrLeaseLost}
@@ -767,12 +850,16 @@ func (h *mutexHold) failure(op string, l *Lease, row mutexRow) (legacy bool, err
 // renew implements leaseOps: the holder's heartbeat.
 func (h *mutexHold) renew(ctx context.Context, l *Lease) error {
 	m := h.m
+	if err := checkOwner("renew", l); err != nil {
+		return err
+	}
 	bo := backoff{base: m.cfg.backoffBase, cap: m.cfg.backoffCap}
 	for {
 		now := m.cfg.clock.Now()
-		e := expr(expression.NewBuilder().WithCondition(h.ours(l.owner)).WithUpdate(
+		e := expr(expression.NewBuilder().WithCondition(h.ours()).WithUpdate(
 			expression.Add(name(attrRev), value(1)).
 				Set(name(attrHFor), name(attrServing)).
+				Set(name(attrHOwner), value(l.owner)).
 				Set(name(attrHUntil), value(now.Add(l.duration).UnixMilli())).
 				Set(name(attrExpiresAt), value(m.cfg.ttlAt(now, l.duration+m.cfg.ttlGrace)))))
 		out, err := m.db.UpdateItem(ctx, conditionalUpdate(m.table, m.keyOf(h.key, h.ns), e, types.ReturnValueNone), noSDKRetry)
@@ -810,6 +897,9 @@ func (h *mutexHold) renew(ctx context.Context, l *Lease) error {
 // ticket's wall-clock lease end is recorded.
 func (h *mutexHold) release(ctx context.Context, l *Lease) error {
 	m := h.m
+	if err := checkOwner("release", l); err != nil {
+		return err
+	}
 	if !h.since.IsZero() {
 		m.pacing.held(m.pk(h.key, h.ns), m.cfg.clock.Now().Sub(h.since))
 	}
@@ -822,17 +912,18 @@ func (h *mutexHold) release(ctx context.Context, l *Lease) error {
 			Set(name(attrRel), name(attrServing)).
 			Add(name(attrRev), value(1)).
 			Remove(name(h.wattr)).
-			Remove(name(h.dattr))
+			Remove(name(h.dattr)).
+			Remove(name(attrHOwner))
 		for _, tomb := range h.gc {
 			upd = upd.Remove(name(tomb))
 		}
 		var cond expression.ConditionBuilder
 		if idle {
-			cond = expression.And(h.ours(l.owner), expression.Equal(name(attrFence), name(h.wattr)))
+			cond = expression.And(h.ours(), expression.Equal(name(attrFence), name(h.wattr)))
 			upd = upd.Remove(name(attrHFor)).Remove(name(attrHUntil)).Remove(name(attrHSince)).
 				Set(name(attrExpiresAt), value(m.cfg.ttlAt(now, m.cfg.retention)))
 		} else {
-			cond = expression.And(h.ours(l.owner), expression.GreaterThan(name(attrFence), name(h.wattr)))
+			cond = expression.And(h.ours(), expression.GreaterThan(name(attrFence), name(h.wattr)))
 			upd = upd.Set(name(attrHFor), expression.Plus(name(attrServing), value(1))).
 				Set(name(attrHUntil), value(now.Add(l.duration).UnixMilli())).
 				Set(name(attrHSince), value(now.UnixMilli())).
@@ -853,7 +944,7 @@ func (h *mutexHold) release(ctx context.Context, l *Lease) error {
 				}
 			}
 			row := parseMutexRow(old, h.wattr)
-			if row.ownEntry && row.serving == row.ownTicket && row.details[row.ownTicket].owner == l.owner {
+			if o := row.details[row.ownTicket].owner; row.ownEntry && row.serving == row.ownTicket && (o == "" || o == l.owner) {
 				idle = !idle // still ours: the other variant fits (a ticket was issued meanwhile)
 				continue
 			}

@@ -64,8 +64,8 @@ func TestMutexFIFOOrder(t *testing.T) {
 	if len(got.Waiters) != 10 || got.Holder == nil || got.Holder.Owner != "first" || got.Holder.LeaseID != lf.ID() {
 		t.Fatalf("show: holder %+v, %d waiters", got.Holder, len(got.Waiters))
 	}
-	for i, w := range got.Waiters {
-		if w.Position != i+1 || w.Owner != fmt.Sprintf("w%d", i) {
+	for i, w := range got.Waiters { // the row records no owner per waiting ticket
+		if w.Position != i+1 || i > 0 && w.Ticket != got.Waiters[i-1].Ticket+1 || w.LeaseID != fmt.Sprintf("ticket %d", w.Ticket) {
 			t.Fatalf("waiter %d = %+v", i, w)
 		}
 	}

@@ -325,8 +325,9 @@ func (in *Inspector) mutexLock(it item, now time.Time) Lock {
 }
 
 // fairMutexLock decodes a Mutex row in the ticket format: the served ticket's entry is
-// the holder (abandoned when its recorded lease end plus the skew allowance passed), the
-// later tickets' entries are the waiters, in order.
+// the holder (abandoned when its recorded lease end plus the skew allowance passed; its
+// owner as recorded by hOwner, else none and lease id "ticket N"), the later tickets'
+// entries are the waiters, in order (no owner: lease id "ticket N").
 func (in *Inspector) fairMutexLock(it item, now time.Time) Lock {
 	row := parseMutexRow(it, "")
 	l := Lock{Key: attrS(it, attrPK), Namespace: attrS(it, attrSK), Strategy: StrategyMutex, State: LockReleased,
@@ -353,8 +354,11 @@ func (in *Inspector) fairMutexLock(it item, now time.Time) Lock {
 	}
 	slices.Sort(tickets)
 	for i, tk := range tickets {
-		d := row.details[tk]
-		l.Waiters = append(l.Waiters, Waiter{Position: i + 1, Ticket: tk, Owner: d.owner, LeaseID: d.owner + nsSeparator + row.entryID(tk)})
+		w := Waiter{Position: i + 1, Ticket: tk, LeaseID: ticketLeaseID(tk)}
+		if owner := row.details[tk].owner; owner != "" { // a row of the first ticket-format release
+			w.Owner, w.LeaseID = owner, owner+nsSeparator+row.entryID(tk)
+		}
+		l.Waiters = append(l.Waiters, w)
 	}
 	return l
 }

@@ -38,49 +38,57 @@ const (
 // Mutex is a fair, lease-based mutual-exclusion lock on rows of a lock table (partition
 // key "pk", sort key "sk" = namespace, TTL attribute "expiresAt"; CreateLockTable makes
 // one). Waiters are served in arrival order: the lock row is a ticket lock, as
-// TicketLock's, and also records each ticket's owner, lease and data.
+// TicketLock's, and also records the lease's data and the holder's owner.
 //
 // Row (see fairmutex.go for the attributes): state "fair"; fence, the last ticket
 // issued; serving, the ticket allowed in; rev, bumped by every handoff, skip and
-// heartbeat; life, the row life's random id; epoch, its fence epoch; per issued,
-// unfinished ticket a w#<id> entry (the ticket) and a d#<id> entry ([owner, lease ms,
-// data]) written by the update that issued it, where "<owner>#<id>" is the lease id; the
-// served ticket's wall-clock lease end (hUntil, with hFor naming the ticket).
+// heartbeat; life, the row life's random id; epoch, its fence epoch; leaseMs, the
+// longest lease of the tickets issued since the lock was last free (clients with
+// different leases may share a lock: the row keeps one lease, not one per ticket); per
+// issued, unfinished ticket a w#<id> entry (the ticket) written by the update that
+// issued it, where "<owner>#<id>" is the lease id, and for an acquisition with data a
+// d#<id> entry (the data); the served ticket's wall-clock lease end and owner (hUntil,
+// hOwner, with hFor naming the ticket), recorded by the writes that happen anyway: a take
+// served at once and every heartbeat (a handoff records hUntil only).
 //
 // Protocol:
 //
 //	acquire    one UpdateItem returning the row. When nobody holds or waits (or the row
 //	           is absent, or released by a client of the previous release) the ticket is
-//	           served at once: fence + 1 = serving = our ticket, hUntil = now + lease.
-//	           Otherwise ADD a ticket behind the others. Uncontended: one call.
+//	           served at once: fence + 1 = serving = our ticket, hUntil = now + lease,
+//	           hOwner = our owner, leaseMs = our lease. Otherwise add a ticket behind the
+//	           others, raising leaseMs to our lease if it is shorter. Uncontended: one
+//	           call.
 //	wait       GetItem of the row (strongly consistent for the next in line, eventually
 //	           consistent further back), timed by position and measured pace (pace.go),
 //	           until serving reaches the ticket.
-//	release    serving + 1 and our entries removed, if serving = our ticket and our
-//	           entry names our owner (one UpdateItem). With a ticket behind us it records
-//	           that ticket's hUntil; with none the row is kept for the retention period.
-//	heartbeat  rev + 1, hUntil = now + lease, if the ticket is still served.
+//	release    serving + 1 and our entries removed, if serving = our ticket (one
+//	           UpdateItem). With a ticket behind us it records that ticket's hUntil
+//	           (hOwner removed); with none the row is kept for the retention period.
+//	heartbeat  rev + 1, hUntil = now + lease, hOwner = our owner, if the ticket is still
+//	           served.
 //	skip       serving + 1, conditioned on (serving, rev, life) as observed: at once for a
-//	           served ticket without an entry (withdrawn); after the served ticket's own
-//	           lease of unchanged (serving, rev) on the waiter's monotonic clock
+//	           served ticket without an entry (withdrawn); after leaseMs (at least the
+//	           served ticket's lease) of unchanged (serving, rev) on the waiter's clock
 //	           (ObserveTakeover); or once hUntil + skew lies behind the waiter's wall clock,
 //	           hFor naming the served ticket (WallClockTakeover).
 //
 // An uncontended critical section costs two calls (acquire, release) plus heartbeats; a
 // contended one two writes plus a few reads, however many wait. The first acquisition
-// of a row life costs two more calls to start a fence epoch. Rows grow by about 30
-// bytes plus the owner name (and data) per waiting client, and DynamoDB charges a write
-// one WCU per started KB of the row: with 10-byte owner names a row passes 1 KB at about
-// 20 waiters and 2 KB at about 45, so each write of a queue that long costs 2 or 3 WCU
-// (TicketLock, whose entries name no owner, stays under 1 KB with 64 waiters).
+// of a row life costs two more calls to start a fence epoch. Rows grow by about 13
+// bytes per waiting client (plus its data, if any), as TicketLock's: DynamoDB charges a
+// write one WCU per started KB of the row, and a row with 64 waiters without data stays
+// under 1 KB.
 //
 // Validity. A ticket served at once counts its lease from the send time of its acquire.
 // A waiter whose ticket comes up counts it from the send time of its last strongly
 // consistent read that still showed an earlier ticket served. That read was processed
 // before the write that served our ticket, so before any other client can have seen the
 // new (serving, rev); a waiter skips a served ticket only after seeing the same (serving,
-// rev) for that ticket's full lease on its own clock, and every heartbeat changes rev. So
-// no client skips us while our lease is valid by our clock (clocks ticking at about the
+// rev) for the row's leaseMs on its own clock — at least our lease, since our take set or
+// raised it and nothing lowers it before the lock is free again — and every heartbeat
+// changes rev. So no client skips us while our
+// lease is valid by our clock (clocks ticking at about the
 // same rate; wall clocks play no part). In wall-clock mode a handed-off holder also ends
 // its validity at the hUntil written for it (by its own wall clock), so a waiter whose
 // clock is within the skew allowance of ours skips us only after that. Tickets are served
@@ -88,8 +96,10 @@ const (
 // deleted by TTL and created again starts a new epoch (fence.go).
 //
 // Owner check: renew, release and GuardCheck are conditioned on serving = the lease's
-// w# entry and on its d# entry naming the lease's owner, so another owner that knows the
-// lease id (Attach) gets ErrNotOwner and changes nothing.
+// w# entry, and are refused before any write (ErrNotOwner) unless the client's owner is
+// the owner part of the lease id, so another owner that knows the lease id (Attach)
+// changes nothing. The row records no owner per ticket: a client is trusted for its own
+// owner name, as it was when the row's owner was compared with the name it sent.
 //
 // Ambiguous writes: an acquire is retried with the same entry id, so an earlier attempt
 // that landed fails the retry's condition and is recognised by its entry; a client that
@@ -101,7 +111,8 @@ const (
 // and the TTL grace ahead (a queued acquisition leaves it to the holder); a release with
 // nobody behind sets the retention period. A holder that crashes with nobody waiting
 // leaves a row that TTL removes at its lease end plus the grace, and the janitor finds
-// its owner, lease id and data in the served ticket's entries.
+// its data in the served ticket's d# entry and its owner (hence the lease id) in hOwner
+// when recorded for it.
 //
 // Rolling deploys. Clients of the previous release (one conditional put per attempt:
 // acquire if the row is absent, state = released, its until + skew is past, or its
@@ -247,8 +258,10 @@ func (m *Mutex) read(ctx context.Context, key, ns string) (item, error) {
 }
 
 // Get reads the lock's state with a strongly consistent read. It never changes anything.
-// The holder is the served ticket's (its Until is the recorded wall-clock lease end, zero
-// until the holder's first heartbeat when it entered by a handoff it did not see).
+// The holder is the served ticket's. Its owner and lease id are recorded by a take served
+// at once and by every heartbeat: a holder that entered by a handoff is reported until
+// its first heartbeat without owner and with lease id "ticket N", as TicketLock's are.
+// Its Until is the recorded wall-clock lease end.
 func (m *Mutex) Get(ctx context.Context, key string, opts ...AcquireOption) (*LockInfo, error) {
 	it, ns, err := lookup(ctx, m.cfg, key, opts, m.validate, m.read)
 	if err != nil {
@@ -432,18 +445,21 @@ func (m *Mutex) classifyOld(op string, l *Lease, old item) error {
 }
 
 // GuardCheck returns a TransactWriteItems entry that fails the caller's transaction
-// unless this lease is still held (its ticket is served and its entry names the lease's
-// owner; for a lease of the previous row format attached with Attach: the row names the
-// lease as held). Add it to a transaction that writes data protected by the lock, so
+// unless this lease is still held (its ticket is served; for a lease of the previous row
+// format attached with Attach: the row names the lease as held). A lease attached under
+// another owner's lease id gets a *LeaseError with ErrNotOwner instead. Add it to a transaction that writes data protected by the lock, so
 // that a holder that lost its lease (paused past it, say) cannot write.
 // It returns an *OptionError naming the lease when l is nil.
 func (m *Mutex) GuardCheck(l *Lease) (types.TransactWriteItem, error) {
 	if l == nil {
 		return types.TransactWriteItem{}, invalidOption("lease", "must not be nil")
 	}
+	if err := checkOwner("guard", l); err != nil {
+		return types.TransactWriteItem{}, err
+	}
 	cond := m.ownedBy(l) // the previous format: never true of a row in the ticket format
 	if h, ok := l.ops.(*mutexHold); ok {
-		cond = expression.Or(h.ours(l.owner), cond)
+		cond = expression.Or(h.ours(), cond)
 	}
 	e := expr(expression.NewBuilder().WithCondition(cond))
 	return types.TransactWriteItem{ConditionCheck: &types.ConditionCheck{

@@ -327,12 +327,14 @@ func (in *Inspector) forceFairMutex(cur item, rowKey item, target *string, rec *
 		return types.Update{}, in.notHeld(rec.Key, rec.Namespace, rec.Strategy, *target, "released")
 	}
 	h := row.holder()
-	if *target != "" && h.LeaseID != *target {
+	id := row.entryID(row.serving)
+	if *target != "" && h.LeaseID != *target && (h.Owner != "" || !strings.HasSuffix(*target, nsSeparator+id)) {
+		// (Without a recorded owner the holder is "ticket N"; its lease id "<owner>#<id>"
+		// names it too.)
 		return types.Update{}, in.notHeld(rec.Key, rec.Namespace, rec.Strategy, *target, "held under lease "+h.LeaseID)
 	}
 	*target = h.LeaseID
 	rec.LeaseID, rec.Owner, rec.Token = h.LeaseID, h.Owner, fenceInfo(h.Token)
-	id := row.entryID(row.serving)
 	cond := expression.And(
 		expression.Equal(name(attrState), value(stateFair)),
 		expression.Equal(name(attrServing), value(row.serving)),
@@ -346,6 +348,7 @@ func (in *Inspector) forceFairMutex(cur item, rowKey item, target *string, rec *
 		Add(name(attrRev), value(1)).
 		Remove(name(waiterPrefix + id)).
 		Remove(name(detailPrefix + id)).
+		Remove(name(attrHOwner)).
 		Remove(name(attrHFor)).
 		Remove(name(attrHUntil)).
 		Remove(name(attrHSince))

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
@@ -213,6 +214,75 @@ func TestTicketRowUnderOneKBWith64Waiters(t *testing.T) {
 	t.Logf("ticket row with 64 waiters: %d bytes", size)
 	if size >= 1024 {
 		t.Errorf("ticket row with 64 waiters is %d bytes: every write costs 2 WCU", size)
+	}
+	cancel()
+	_ = lf.Release(ctx)
+	wg.Wait()
+}
+
+// The same for the fair Mutex: a waiting ticket costs its w# entry only (no owner, no
+// lease, no data entry for an acquisition without data), so its row with 64 waiters,
+// realistic owner names and the holder's owner recorded, stays under 1 KB too.
+func TestMutexRowUnderOneKBWith64Waiters(t *testing.T) {
+	e := newEnv(t)
+	ctx := ctxT(t, 2*time.Minute)
+	key := "order-processor-sku#ABCDEFGHIJ-0123" // a realistic key length
+	owner := func(i int) string { return fmt.Sprintf("orderprocessor-2026-11-24-%04d-%08x", i, i*7919) }
+	first, err := lockcore.NewMutex(e.db, e.locks, fast(owner(999))...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lf, err := first.Acquire(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var wg sync.WaitGroup
+	for i := range 64 {
+		m, err := lockcore.NewMutex(e.db, e.locks, fast(owner(i))...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if l, err := m.Acquire(wctx, key); err == nil {
+				_ = l.Release(context.Background())
+			}
+		}()
+	}
+	rowKey := map[string]types.AttributeValue{
+		"pk": &types.AttributeValueMemberS{Value: key}, "sk": &types.AttributeValueMemberS{Value: "lock"}}
+	var row map[string]types.AttributeValue
+	for {
+		out, err := e.db.GetItem(ctx, &dynamodb.GetItemInput{TableName: &e.locks, Key: rowKey, ConsistentRead: aws.Bool(true)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if f, ok := out.Item["fence"].(*types.AttributeValueMemberN); ok && f.Value == "65" {
+			row = out.Item
+			break
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+	if err := lf.Renew(ctx); err != nil { // the holder's owner recorded, as by a heartbeat
+		t.Fatal(err)
+	}
+	out, err := e.db.GetItem(ctx, &dynamodb.GetItemInput{TableName: &e.locks, Key: rowKey, ConsistentRead: aws.Bool(true)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(out.Item) >= len(row) {
+		row = out.Item
+	}
+	if _, ok := row["hOwner"]; !ok {
+		t.Errorf("row without the holder's owner: %v", row)
+	}
+	size := itemSize(row)
+	t.Logf("mutex row with 64 waiters: %d bytes", size)
+	if size >= 1024 {
+		t.Errorf("mutex row with 64 waiters is %d bytes: every write costs 2 WCU", size)
 	}
 	cancel()
 	_ = lf.Release(ctx)

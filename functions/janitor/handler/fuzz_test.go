@@ -53,6 +53,8 @@ func FuzzJanitorRecord(f *testing.F) {
 		`{"pk":{"S":"sku#X"},"sk":{"S":"lock"},"state":{"S":"held"},"data":{"L":[{"S":"a"}]}}`,
 		`{"pk":{"S":"sku#MUG"},"sk":{"S":"lock"},"state":{"S":"fair"},"fence":{"N":"3"},"serving":{"N":"2"},"w#0a1b":{"N":"2"},"d#0a1b":{"L":[{"S":"w"},{"N":"3000"},{"B":"b3JkLTE="}]},"hFor":{"N":"2"},"hUntil":{"N":"1763630100000"}}`,
 		`{"pk":{"S":"sku#MUG"},"sk":{"S":"lock"},"state":{"S":"fair"},"fence":{"N":"2"},"serving":{"N":"2"},"w#0a1b":{"S":"x1"},"d#0a1b":{"L":[{"N":"1"},{"S":"x"}]}}`,
+		`{"pk":{"S":"sku#MUG"},"sk":{"S":"lock"},"state":{"S":"fair"},"fence":{"N":"3"},"serving":{"N":"2"},"leaseMs":{"N":"3000"},"w#0a1b":{"N":"2"},"d#0a1b":{"B":"b3JkLTE="},"hFor":{"N":"2"},"hOwner":{"S":"w"},"hUntil":{"N":"1763630100000"}}`,
+		`{"pk":{"S":"sku#MUG"},"sk":{"S":"lock"},"state":{"S":"fair"},"fence":{"N":"2"},"serving":{"N":"2"},"w#0a1b":{"N":"2"},"d#0a1b":{"S":"x"},"hFor":{"N":"2"},"hOwner":{"N":"1"}}`,
 		`{"pk":{"NULL":true},"sk":{"BOOL":true}}`,
 		`null`,
 	} {

@@ -21,7 +21,7 @@ const (
 	stateHeld      = "held"       // a held row of lockcore's previous Mutex format
 	stateFair      = "fair"       // a Mutex row in lockcore's ticket format
 	waiterPrefix   = "w#"         // ticket format: w#<id> = the ticket of lease "<owner>#<id>"
-	detailPrefix   = "d#"         // ticket format: d#<id> = [owner, lease ms, data]
+	detailPrefix   = "d#"         // ticket format: d#<id> = data (first release: [owner, lease ms, data])
 	// OrderLockPrefix starts a lock key that names an order directly: "order#<id>".
 	OrderLockPrefix = "order#"
 	// TTLPrincipal is the principal of deletions made by DynamoDB's TTL service.
@@ -158,8 +158,10 @@ func streamValue(v types.AttributeValue) (events.DynamoDBAttributeValue, bool) {
 }
 
 // decodeFair decodes a Mutex row in lockcore's ticket format: the lease is the served
-// ticket's, when one is served and its entries are there (w#<id> = the ticket,
-// d#<id> = [owner, lease ms, data]); the lease id is "<owner>#<id>".
+// ticket's, when one is served and its entry is there (w#<id> = the ticket, d#<id> =
+// its data if it has any). Its owner is hOwner when hFor names the served ticket (rows
+// of the first ticket-format release: d#<id> = [owner, lease ms, data]); the lease id is
+// "<owner>#<id>", or "ticket N" when no owner is recorded (as lockcore reports it).
 func decodeFair(img map[string]events.DynamoDBAttributeValue, pk, sk string) (AbandonedLease, bool) {
 	serving, ok1 := imgInt(img, "serving")
 	issued, ok2 := imgInt(img, "fence")
@@ -175,20 +177,32 @@ func decodeFair(img map[string]events.DynamoDBAttributeValue, pk, sk string) (Ab
 			continue
 		}
 		l := AbandonedLease{Key: pk, Namespace: sk}
-		if d, ok := img[detailPrefix+id]; ok && d.DataType() == events.DataTypeList {
-			parts := d.List()
-			if len(parts) > 0 && parts[0].DataType() == events.DataTypeString {
-				l.Owner = parts[0].String()
-			}
-			if len(parts) > 2 && parts[2].DataType() == events.DataTypeBinary {
-				l.Data = parts[2].Binary()
+		if d, ok := img[detailPrefix+id]; ok {
+			switch d.DataType() {
+			case events.DataTypeBinary:
+				l.Data = d.Binary()
+			case events.DataTypeList:
+				parts := d.List()
+				if len(parts) > 0 && parts[0].DataType() == events.DataTypeString {
+					l.Owner = parts[0].String()
+				}
+				if len(parts) > 2 && parts[2].DataType() == events.DataTypeBinary {
+					l.Data = parts[2].Binary()
+				}
 			}
 		}
-		l.LeaseID = l.Owner + "#" + id
 		if f, ok := imgInt(img, "hFor"); ok && f == serving {
 			if ms, ok := imgInt(img, "hUntil"); ok {
 				l.Until = time.UnixMilli(ms)
 			}
+			if o, ok := img["hOwner"]; ok && o.DataType() == events.DataTypeString && o.String() != "" {
+				l.Owner = o.String()
+			}
+		}
+		if l.Owner != "" {
+			l.LeaseID = l.Owner + "#" + id
+		} else {
+			l.LeaseID = "ticket " + strconv.FormatInt(serving, 10)
 		}
 		l.OrderIDs = OrderIDsOf(pk, l.Data)
 		l.OrderID = OrderIDOf(pk, l.Data)
