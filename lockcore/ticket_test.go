@@ -94,11 +94,18 @@ func TestTicketUncontended(t *testing.T) {
 
 func TestContentionTicket(t *testing.T) {
 	e := newEnv(t)
+	hammerTicket(t, e, e.db, "SKU#hot")
+}
+
+// hammerTicket runs the contention acceptance bar (hotWorkers × hotIters increments of
+// one counter, one holder at a time, tokens rising) on TicketLocks using db.
+func hammerTicket(t *testing.T, e *env, db lockcore.DynamoDB, pk string) {
+	t.Helper()
 	var ov overlap
-	c := &counter{e: e, pk: "SKU#hot"}
+	c := &counter{e: e, pk: pk}
 	locks := make([]*lockcore.TicketLock, hotWorkers)
 	for w := range locks {
-		tl, err := lockcore.NewTicketLock(e.db, e.locks, hot(fmt.Sprintf("worker-%d", w))...)
+		tl, err := lockcore.NewTicketLock(db, e.locks, hot(fmt.Sprintf("worker-%d", w))...)
 		if err != nil {
 			t.Fatal(err)
 		}
