@@ -595,13 +595,14 @@ func (m *Mutex) wait(ctx context.Context, h *mutexHold, row mutexRow, sent time.
 			}
 			d := pc.delay(now, h.ticket-row.serving, rtt, m.pacing.turn(pk, rtt, pc.pace))
 			// Never sleep past the moment the served ticket could be skipped, and look
-			// at least ten times a lease so the takeover clock starts soon after the
-			// holder's last heartbeat.
+			// often enough that the takeover clock starts soon after the holder's last
+			// heartbeat (see watchEvery).
 			lease := max(row.servedLease(), time.Millisecond)
+			watch := watchEvery(lease, h.ticket-row.serving)
 			if m.cfg.takeover.wallClock && row.hFor == row.serving && row.hUntil > 0 {
-				d = min(d, lease/10, time.UnixMilli(row.hUntil).Add(m.cfg.takeover.skew).Sub(now)+time.Millisecond)
+				d = min(d, watch, time.UnixMilli(row.hUntil).Add(m.cfg.takeover.skew).Sub(now)+time.Millisecond)
 			} else {
-				d = min(d, lease/10, obs.since.Add(lease).Sub(now)+time.Millisecond)
+				d = min(d, watch, obs.since.Add(lease).Sub(now)+time.Millisecond)
 			}
 			if !p.forever {
 				d = min(d, p.max-waited)

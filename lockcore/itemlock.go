@@ -267,6 +267,11 @@ func (il *ItemLocker) Acquire(ctx context.Context, key map[string]types.Attribut
 	if err := ac.refuse("an ItemLocker", true, true); err != nil {
 		return nil, err
 	}
+	for k := range ac.init {
+		if _, isKey := key[k]; isKey || il.isLockAttr(k) {
+			return nil, invalidOption("setIfAbsent", "may not name the item's key or lock attribute %q", k)
+		}
+	}
 	label := keyLabel(key)
 	t0 := il.cfg.clock.Now()
 	var st acqStats

@@ -445,7 +445,7 @@ func (il *ItemLocker) take(ctx context.Context, h *itemHold, leaseID string, ac 
 				Set(name(a.LeaseMs), value(ac.lease.Milliseconds())).
 				Add(name(a.Rev), value(1)).
 				Set(name(a.Waiters), expression.IfNotExists(name(a.Waiters), value(emptyMap)))
-			e = expr(expression.NewBuilder().WithCondition(cond).WithUpdate(upd))
+			e = expr(expression.NewBuilder().WithCondition(cond).WithUpdate(initAttrs(upd, ac.init)))
 		} else {
 			cond := expression.And(
 				expression.AttributeExists(name(a.Waiters)),
@@ -453,7 +453,7 @@ func (il *ItemLocker) take(ctx context.Context, h *itemHold, leaseID string, ac 
 				expression.Not(il.freeCond()))
 			upd := expression.Add(name(a.Fence), value(1)).
 				Set(il.waiterPath(h.wid), expression.IfNotExists(name(a.Fence), value(0)))
-			e = expr(expression.NewBuilder().WithCondition(cond).WithUpdate(upd))
+			e = expr(expression.NewBuilder().WithCondition(cond).WithUpdate(initAttrs(upd, ac.init)))
 		}
 		if first.IsZero() {
 			first = now
@@ -556,6 +556,14 @@ func (il *ItemLocker) take(ctx context.Context, h *itemHold, leaseID string, ac 
 			return takeResult{}, &HeldError{Key: h.label, Holder: il.stateHolder(last), Waited: il.cfg.clock.Now().Sub(start), Cause: serr}
 		}
 	}
+}
+
+// initAttrs adds SetIfAbsent's attributes to a take: each only where the item lacks it.
+func initAttrs(u expression.UpdateBuilder, init map[string]types.AttributeValue) expression.UpdateBuilder {
+	for _, k := range sortedKeys(init) {
+		u = u.Set(name(k), expression.IfNotExists(name(k), value(init[k])))
+	}
+	return u
 }
 
 // initQueue gives an item held under the previous release's protocol (lockedBy, no
@@ -701,10 +709,10 @@ func (il *ItemLocker) wait(ctx context.Context, h *itemHold, leaseID string, tr 
 			}
 			pos := h.ticket - st.serving
 			d := pc.delay(now, pos, rtt, il.pacing.turn(pk, rtt, pc.pace))
-			// Never sleep past the moment a stalled holder could be skipped, and look at
-			// least ten times a lease so the takeover clock starts soon after the
-			// holder's last heartbeat (and a far sleep on a wrong pace stays short).
-			d = min(d, lease/10, obs.at.Add(itemLease).Sub(now)+time.Millisecond)
+			// Never sleep past the moment a stalled holder could be skipped, and look
+			// often enough that the takeover clock starts soon after the holder's last
+			// heartbeat (see watchEvery; a far sleep on a wrong pace stays short too).
+			d = min(d, watchEvery(lease, pos), obs.at.Add(itemLease).Sub(now)+time.Millisecond)
 			if il.cfg.takeover.wallClock && st.ticket == st.serving && st.until > 0 {
 				d = min(d, time.UnixMilli(st.until).Add(il.cfg.takeover.skew).Sub(now)+time.Millisecond)
 			}

@@ -5,6 +5,8 @@ import (
 	"os"
 	"reflect"
 	"time"
+
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 )
 
 // Clock tells time. lockcore measures takeover observations and local lease validity as
@@ -69,6 +71,7 @@ const (
 
 // config holds the options shared by every strategy.
 type config struct {
+	strategy    Strategy // set by clientConfig
 	lease       time.Duration
 	minLease    time.Duration
 	heartbeat   time.Duration // 0 = no automatic heartbeat
@@ -251,6 +254,7 @@ func clientConfig(db DynamoDB, table string, s Strategy, opts []Option) (*config
 	if err != nil {
 		return nil, err
 	}
+	c.strategy = s
 	for field, owner := range c.strategyOnly {
 		if owner != s {
 			return nil, invalidOption(field, "applies to the %s strategy only, not to %s", owner, s)
@@ -379,6 +383,7 @@ type acquireConfig struct {
 	lease     time.Duration
 	heartbeat time.Duration
 	urgent    bool // the caller holds other locks meanwhile (AcquireAll): never sleep far
+	init      map[string]types.AttributeValue // SetIfAbsent (ItemLocker only)
 }
 
 // applyAcquire makes a WaitPolicy an AcquireOption: Acquire(ctx, key, WaitUpTo(d)).
@@ -424,6 +429,31 @@ func Data(b []byte) AcquireOption {
 	})
 }
 
+// SetIfAbsent makes an ItemLocker's Acquire write attrs in the same UpdateItem that takes
+// the lock (or the ticket, when it has to queue), each attribute only where the item does
+// not have it yet (if_not_exists): to create an item in its first state as it is locked,
+// without a second write. An existing attribute is never changed, so the write is safe
+// before the lock is ours: it only initialises. attrs may not name the item's key or lock
+// attributes, nor be empty; only an ItemLocker takes it.
+//
+//	lease, err := items.Acquire(ctx, key, lockcore.SetIfAbsent(map[string]types.AttributeValue{
+//		"status": &types.AttributeValueMemberS{Value: "PENDING"},
+//	}))
+func SetIfAbsent(attrs map[string]types.AttributeValue) AcquireOption {
+	return acquireFunc(func(a *acquireConfig) error {
+		if len(attrs) == 0 {
+			return invalidOption("setIfAbsent", "must name at least one attribute")
+		}
+		for k, v := range attrs {
+			if k == "" || v == nil {
+				return invalidOption("setIfAbsent", "attribute names must be non-empty and values non-nil (%q)", k)
+			}
+		}
+		a.init = attrs
+		return nil
+	})
+}
+
 const defaultNamespace = "lock"
 
 func (c *config) acquireConfig(opts []AcquireOption) (*acquireConfig, error) {
@@ -435,6 +465,9 @@ func (c *config) acquireConfig(opts []AcquireOption) (*acquireConfig, error) {
 		if err := o.applyAcquire(a); err != nil {
 			return nil, err
 		}
+	}
+	if a.init != nil && c.strategy != StrategyItem {
+		return nil, invalidOption("setIfAbsent", "applies to an ItemLocker only, not to %s", c.strategy)
 	}
 	if a.lease != c.lease {
 		switch {

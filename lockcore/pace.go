@@ -243,3 +243,19 @@ func (p *pacer) paced(now time.Time, pos int64, rtt, turn time.Duration) time.Du
 	}
 	return max(rtt/4, -left/4)
 }
+
+// watchEvery is the longest a waiter at position pos (1 = next in line) sleeps between
+// reads while the queue stands, whatever the pacer says. The next in line looks five
+// times a lease, so that it skips a stalled holder at most a fifth of a lease later than
+// a lease after the holder's last sign of life; waiters further back, which skip nobody
+// while the one ahead of them is alive, look twice a lease. Seeing a state later only
+// starts its takeover clock later (a skip needs the state unchanged for a lease since it
+// was first seen), so this delays skips and never hastens one; in exchange a queue
+// behind a long hold costs a fraction of the reads (issue 12: waiters of a batch that
+// holds its locks for seconds read every tenth of a lease before).
+func watchEvery(lease time.Duration, pos int64) time.Duration {
+	if pos <= 1 {
+		return lease / 5
+	}
+	return lease / 2
+}

@@ -406,9 +406,9 @@ func (t *TicketLock) wait(ctx context.Context, h *ticketHold, row ticketRow, sen
 			}
 			d := pc.delay(now, h.ticket-row.serving, rtt, t.pacing.turn(pk, rtt, pc.pace))
 			// Never sleep past the moment a stalled holder could be skipped, and look
-			// at least ten times a lease so the takeover clock starts soon after the
-			// holder's last heartbeat.
-			d = min(d, lease/10, obs.at.Add(time.Duration(row.leaseMs)*time.Millisecond).Sub(now)+time.Millisecond)
+			// often enough that the takeover clock starts soon after the holder's last
+			// heartbeat (see watchEvery).
+			d = min(d, watchEvery(lease, h.ticket-row.serving), obs.at.Add(time.Duration(row.leaseMs)*time.Millisecond).Sub(now)+time.Millisecond)
 			if !p.forever {
 				d = min(d, p.max-waited)
 			}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -39,19 +40,22 @@ type batchJob struct {
 //
 //  1. It locks the order items of the distinct orders (the locking read, in order id
 //     order, so two batches never deadlock) and, as ProcessOrder does, reports orders
-//     already decided as duplicates and stores new ones as PENDING. A second copy of
-//     an order in the same batch gets the first copy's outcome, as a duplicate.
+//     already decided as duplicates and stores new ones as PENDING (in the write that
+//     locks them). A second copy of an order in the same batch gets the first copy's
+//     outcome, as a duplicate.
 //  2. It groups the live orders into components that share SKUs. For each component it
 //     takes the union of their SKU locks with one Mutex.AcquireAll (canonical order), so
 //     a hot SKU wanted by five orders of the batch is acquired, read and released once,
 //     not five times. Each SKU lease carries the component's order ids (joined by
 //     BatchDataSeparator), so a lease found abandoned names its orders.
 //  3. It reads each SKU's stock once, then decides the orders in batch order against the
-//     running stock, writing each decision in its own transaction exactly as
-//     ProcessOrder does: the order item (which releases the order lock), the
-//     reservations fenced by the SKU leases' tokens, and a GuardCheck of each SKU lease
-//     the order uses. An order's decision is all or nothing; orders do not share
-//     transactions, so one order's failure does not undo another's decision.
+//     running stock and writes all of the component's decisions in one transaction
+//     (more only past DynamoDB's 100 items): each order's item (its decision, which
+//     unlocks it) and one update per SKU moving the reserved units, conditioned on
+//     available >= units and fenced by the SKU lease's token (see writeDecisions for
+//     why no GuardCheck items). Every order's decision is all or nothing; an order
+//     whose own lock was lost meanwhile fails alone and the others are decided again
+//     without it, so one order's failure does not undo another's decision.
 //  4. It releases the component's SKU locks, then moves on to the next component.
 //
 // Locks are waited for until SafetyMargin before the context's deadline (see
@@ -127,7 +131,8 @@ func (s *Service) ProcessOrders(ctx context.Context, orders []Order) []BatchResu
 	for _, j := range locking {
 		octx, stop := context.WithCancel(ctx)
 		j.stop = stop
-		ol, err := s.orders.Acquire(octx, orderKey(j.order.OrderID), left(), lockcore.LeaseDuration(orderLease))
+		ol, err := s.orders.Acquire(octx, orderKey(j.order.OrderID), left(), lockcore.LeaseDuration(orderLease),
+			s.pendingOrder(j.order))
 		if err != nil {
 			if errors.Is(err, lockcore.ErrLockHeld) || ctx.Err() != nil {
 				err = busy("order "+j.order.OrderID, err)
@@ -295,98 +300,127 @@ func (s *Service) decideGroup(ctx context.Context, group []*batchJob, lease time
 	}
 	defer releaseSKUs()
 
-	leases := map[string]*lockcore.Lease{}
-	for _, l := range ml.Leases() {
-		leases[l.Key()] = l
-	}
-	// Decide every order in batch order against the running stock, then write the
-	// decisions: each order's transaction waits only for the earlier orders that share a
-	// SKU with it (they must have landed for its decision to hold), so orders on
-	// different SKUs of the group are written concurrently and the group's locks are held
-	// for its longest chain of transactions, not for all of them.
-	type step struct {
+	s.writeDecisions(ctx, group, ml, stock, finish)
+	return nil
+}
+
+// writeDecisions decides the orders of a group in batch order against the running stock
+// and writes the decisions in as few transactions as DynamoDB's item limit allows
+// (usually one per group): each order's item (its decision, which also unlocks it) and,
+// per SKU, one update moving the group's reserved units from available to reserved,
+// conditioned on enough being available and fenced by the SKU lease's token.
+//
+// A transaction is all or nothing, so every order's decision is too, and the running
+// stock a later order was decided against is exactly what the earlier orders left. One
+// order's failure does not undo another's: an order whose own lock was lost (its item's
+// condition failed) is failed alone and the others are decided again without it.
+//
+// Why no GuardCheck of the SKU leases (one per SKU and order before; 2 WCU each): the
+// stock updates are relative (available - n, conditioned on available >= n) and fenced,
+// so a holder that lost a SKU lease can neither oversell nor overwrite a newer holder's
+// reservation — once the newer holder has written, the fence refuses the old one; before
+// that, the old one's reservation is a correct one, made against the stock as it was,
+// and the newer holder's own condition then sees what it left. A rejection changes no
+// stock. So the guards bought nothing the conditions do not, at a cost per order.
+func (s *Service) writeDecisions(ctx context.Context, group []*batchJob, ml *lockcore.MultiLease,
+	stock map[string]int64, finish func(*batchJob, Outcome, error),
+) {
+	type decision struct {
 		j      *batchJob
 		status Status
 		reason string
-		tx     []types.TransactWriteItem
-		deps   []*step
-		ok     bool
-		done   chan struct{}
 	}
-	steps := make([]*step, len(group))
-	last := map[string]*step{}
-	for i, j := range group {
-		st := &step{j: j, done: make(chan struct{})}
-		st.status, st.reason = decideFrom(stock, j.order)
-		st.tx = []types.TransactWriteItem{s.finalOrderItem(j.ol, j.order, st.status, st.reason)}
-		for _, l := range j.order.Lines {
-			if st.status == StatusReserved {
-				stock[l.SKU] -= int64(l.Qty)
-				st.tx = append(st.tx, s.reserveItem(l, ml.Token(SKULockKey(l.SKU))))
-			}
-			if d, ok := last[l.SKU]; ok && !slices.Contains(st.deps, d) {
-				st.deps = append(st.deps, d)
-			}
-			last[l.SKU] = st
+	pending := slices.Clone(group)
+	failRest := func(err error) {
+		for _, j := range pending {
+			s.release(ctx, "order "+j.order.OrderID, j.ol.Lease)
+			finish(j, Outcome{}, err)
 		}
-		for _, l := range j.order.Lines {
-			if len(st.tx) == maxTransactItems {
-				break // the stock updates' fence conditions stand in for the missing guards
-			}
-			g, err := s.skus.GuardCheck(leases[SKULockKey(l.SKU)])
-			if err != nil {
-				releaseOrders(group, err) // nothing written yet
-				return nil
-			}
-			st.tx = append(st.tx, g)
-		}
-		steps[i] = st
+		pending = nil
 	}
-	var wg sync.WaitGroup
-	for _, st := range steps {
-		wg.Add(1)
-		go func(st *step) {
-			defer wg.Done()
-			defer close(st.done)
-			j := st.j
-			for _, d := range st.deps {
-				<-d.done
-				if !d.ok {
-					// An earlier decision on a shared SKU was not written: this one,
-					// made against the stock it would have left, cannot be either.
-					s.release(ctx, "order "+j.order.OrderID, j.ol.Lease)
-					finish(j, Outcome{}, fmt.Errorf("shop: order %s: an earlier order of the batch on the same SKU was not decided (%w)",
-						j.order.OrderID, lockcore.ErrLeaseLost))
-					return
+	for len(pending) > 0 {
+		// Decide from the stock as the landed transactions left it.
+		run := maps.Clone(stock)
+		var (
+			chunk []decision
+			items []types.TransactWriteItem
+			units = map[string]int64{} // per SKU, the chunk's reserved units
+			skus  []string             // in first-use order
+		)
+		for _, j := range pending {
+			st, reason := decideFrom(run, j.order)
+			newSKUs := 0
+			if st == StatusReserved {
+				for _, l := range j.order.Lines {
+					if _, ok := units[l.SKU]; !ok {
+						newSKUs++
+					}
 				}
 			}
-			j.stop() // the transaction unlocks the order: its heartbeat must not race it
-			res, err := s.transact(ctx, st.tx)
-			if err != nil && res.failed == 0 && s.landed(ctx, j.order.OrderID, j.ol, st.status) {
-				err = nil // an earlier, ambiguous attempt of ours wrote it
+			if len(chunk) > 0 && len(chunk)+1+len(units)+newSKUs > maxTransactItems {
+				break // the next transaction decides it, against what this one leaves
 			}
-			if err != nil {
-				s.release(ctx, "order "+j.order.OrderID, j.ol.Lease)
-				if res.failed >= 0 {
-					err = fmt.Errorf("shop: order %s: a lease was lost before the decision was written (%w): %w",
-						j.order.OrderID, lockcore.ErrLeaseLost, err)
+			if st == StatusReserved {
+				for _, l := range j.order.Lines {
+					if _, ok := units[l.SKU]; !ok {
+						skus = append(skus, l.SKU)
+					}
+					units[l.SKU] += int64(l.Qty)
+					run[l.SKU] -= int64(l.Qty)
+				}
+			}
+			chunk = append(chunk, decision{j: j, status: st, reason: reason})
+		}
+		for _, d := range chunk {
+			d.j.stop() // the transaction unlocks the order: its heartbeat must not race it
+			items = append(items, s.finalOrderItem(d.j.ol, d.j.order, d.status, d.reason))
+		}
+		for _, sku := range skus {
+			items = append(items, s.reserveUnits(sku, units[sku], ml.Token(SKULockKey(sku))))
+		}
+		res, err := s.transact(ctx, items)
+		if err != nil && res.failed >= 0 && res.failed < len(chunk) && res.ambiguous {
+			// An earlier attempt of ours may have landed and unlocked the orders.
+			landed := true
+			for _, d := range chunk {
+				if !s.landed(ctx, d.j.order.OrderID, d.j.ol, d.status) {
+					landed = false
+					break
+				}
+			}
+			if landed {
+				err = nil
+			}
+		}
+		switch {
+		case err == nil:
+			for _, d := range chunk {
+				if d.status == StatusReserved {
+					s.count(ctx, MetricOrdersReserved)
 				} else {
-					err = fmt.Errorf("shop: order %s: %w", j.order.OrderID, err)
+					s.count(ctx, MetricOrdersRejected)
 				}
-				finish(j, Outcome{}, err)
-				return
+				finish(d.j, Outcome{Status: d.status, Reason: d.reason}, nil)
 			}
-			st.ok = true
-			if st.status == StatusReserved {
-				s.count(ctx, MetricOrdersReserved)
-			} else {
-				s.count(ctx, MetricOrdersRejected)
-			}
-			finish(j, Outcome{Status: st.status, Reason: st.reason}, nil)
-		}(st)
+			stock = run
+			pending = pending[len(chunk):]
+		case res.failed >= 0 && res.failed < len(chunk):
+			// That order's lock was taken over: it alone goes back; the rest is decided
+			// again without it.
+			j := chunk[res.failed].j
+			s.release(ctx, "order "+j.order.OrderID, j.ol.Lease)
+			finish(j, Outcome{}, fmt.Errorf("shop: order %s: its lease was lost before the decision was written (%w): %w",
+				j.order.OrderID, lockcore.ErrLeaseLost, err))
+			pending = slices.DeleteFunc(pending, func(p *batchJob) bool { return p == j })
+		case res.failed >= 0:
+			// A stock condition: a SKU lease was lost (the fence) or the stock moved
+			// under it. Nothing was written; every order left goes back.
+			failRest(fmt.Errorf("shop: %s: a SKU lease was lost before the decisions were written (%w): %w",
+				"orders of the batch", lockcore.ErrLeaseLost, err))
+		default:
+			failRest(fmt.Errorf("shop: decisions of the batch: %w", err))
+		}
 	}
-	wg.Wait()
-	return nil
 }
 
 // decideFrom decides an order against the available stock: RESERVED if every line is

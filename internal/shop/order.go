@@ -57,7 +57,8 @@ func (s *Service) ProcessOrder(ctx context.Context, o Order) (Outcome, error) {
 	// 1. The order.
 	orderCtx, stopOrderHB := context.WithCancel(ctx)
 	defer stopOrderHB()
-	ol, err := il.Acquire(orderCtx, orderKey(o.OrderID), waitPolicy(wait), lockcore.LeaseDuration(lease))
+	ol, err := il.Acquire(orderCtx, orderKey(o.OrderID), waitPolicy(wait), lockcore.LeaseDuration(lease),
+		s.pendingOrder(o))
 	if err != nil {
 		if errors.Is(err, lockcore.ErrLockHeld) {
 			return out, busy("order "+o.OrderID, err)
@@ -135,6 +136,26 @@ func (s *Service) ProcessOrder(ctx context.Context, o Order) (Outcome, error) {
 	}
 	out.Status, out.Reason = status, reason
 	return out, nil
+}
+
+// pendingOrder stores a new order as PENDING with its customer and lines in the write
+// that locks it (lockcore.SetIfAbsent: an order seen before keeps what it has), so that
+// the janitor can re-drive it should its holder die, at no extra write.
+func (s *Service) pendingOrder(o Order) lockcore.AcquireOption {
+	now := num(s.now().UnixMilli())
+	lines := make([]types.AttributeValue, len(o.Lines))
+	for i, l := range o.Lines {
+		lines[i] = &types.AttributeValueMemberM{Value: map[string]types.AttributeValue{
+			attrSKU: str(l.SKU), attrQty: num(int64(l.Qty)),
+		}}
+	}
+	return lockcore.SetIfAbsent(map[string]types.AttributeValue{
+		attrCustomerID: str(o.CustomerID),
+		attrLines:      &types.AttributeValueMemberL{Value: lines},
+		attrStatus:     str(string(StatusPending)),
+		attrCreatedAt:  now,
+		attrUpdatedAt:  now,
+	})
 }
 
 // prepareOrder looks at the locked order item: a decided order is a duplicate (its lock
@@ -293,4 +314,11 @@ func (s *Service) release(ctx context.Context, what string, l releaser) {
 // writeErr wraps a failed guarded write (a lost lease is counted by the lock observer).
 func (s *Service) writeErr(_ context.Context, what string, err error) error {
 	return fmt.Errorf("shop: %s: %w", what, err)
+}
+
+// reserveUnits moves n units of a SKU from available to reserved, conditioned on enough
+// being available and on the SKU lock's fencing token: the reservations of every order
+// of a batch on that SKU, in one update.
+func (s *Service) reserveUnits(sku string, n int64, token lockcore.Fence) types.TransactWriteItem {
+	return s.reserveItem(Line{SKU: sku, Qty: int(n)}, token)
 }

@@ -1,0 +1,93 @@
+package shop_test
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"sync"
+	"testing"
+	"time"
+
+	awsmiddleware "github.com/aws/aws-sdk-go-v2/aws/middleware"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/smithy-go/middleware"
+
+	"github.com/turnstile-locks/turnstile/internal/shop"
+)
+
+type opCounter struct {
+	mu  sync.Mutex
+	ops map[string]int
+}
+
+func (c *opCounter) client(db *dynamodb.Client) *dynamodb.Client {
+	return dynamodb.New(db.Options(), func(o *dynamodb.Options) {
+		o.APIOptions = append(o.APIOptions, func(st *middleware.Stack) error {
+			return st.Initialize.Add(middleware.InitializeMiddlewareFunc("count", func(ctx context.Context, in middleware.InitializeInput, next middleware.InitializeHandler) (middleware.InitializeOutput, middleware.Metadata, error) {
+				op := awsmiddleware.GetOperationName(ctx)
+				switch p := in.Parameters.(type) {
+				case *dynamodb.UpdateItemInput:
+					op += " " + *p.TableName
+				case *dynamodb.GetItemInput:
+					op += " " + *p.TableName
+				case *dynamodb.PutItemInput:
+					op += " " + *p.TableName
+				}
+				c.mu.Lock()
+				c.ops[op]++
+				c.mu.Unlock()
+				return next.HandleInitialize(ctx, in)
+			}), middleware.After)
+		})
+	})
+}
+
+// TestProcessOrdersUncontendedCost pins the request count of the batch path on free
+// locks: ten orders on three SKUs cost one locking take per order (which also stores it as
+// PENDING), one take, one stock read and one release per SKU, and one transaction for all
+// ten decisions — 20 requests, 2 per order. A change that adds a round trip per order or
+// per SKU fails here (cost is measured by counting requests, not by timing).
+func TestProcessOrdersUncontendedCost(t *testing.T) {
+	e := newEnv(t)
+	c := &opCounter{ops: map[string]int{}}
+	e.db = c.client(e.db)
+	svc := e.service(t, "w1")
+	seed(t, svc, map[string]int{"A": 100, "B": 100, "C": 100})
+	c.mu.Lock()
+	c.ops = map[string]int{}
+	c.mu.Unlock()
+	skus := []string{"A", "B", "C"}
+	var orders []shop.Order
+	for i := 0; i < 10; i++ {
+		orders = append(orders, shop.Order{OrderID: fmt.Sprintf("o%d", i), CustomerID: "c",
+			Lines: []shop.Line{{SKU: skus[i%3], Qty: 1}, {SKU: skus[(i+1)%3], Qty: 1}}})
+	}
+	for _, r := range svc.ProcessOrders(ctxT(t, 10*time.Second), orders) {
+		if r.Err != nil || r.Outcome.Status != shop.StatusReserved {
+			t.Fatalf("%s: %+v, %v", r.Outcome.OrderID, r.Outcome, r.Err)
+		}
+	}
+	want := map[string]int{
+		"UpdateItem " + e.t.Orders: 10, // the order locks, each storing its order as PENDING
+		"UpdateItem " + e.t.Locks:  6,  // the SKU locks: take and release of each
+		"GetItem " + e.t.Inventory: 3,  // the stock, once per SKU
+		"TransactWriteItems":       1,  // every decision
+	}
+	c.mu.Lock()
+	got := maps.Clone(c.ops)
+	c.mu.Unlock()
+	for k, n := range got {
+		if want[k] != n {
+			t.Errorf("%s: %d requests, want %d", k, n, want[k])
+		}
+	}
+	for k, n := range want {
+		if _, ok := got[k]; !ok {
+			t.Errorf("%s: no requests, want %d", k, n)
+		}
+	}
+	wantStock(t, svc, "A", 100-7, 7)
+	for i := range orders {
+		wantStatus(t, svc, orders[i].OrderID, shop.StatusReserved)
+	}
+}
