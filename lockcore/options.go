@@ -382,7 +382,7 @@ type acquireConfig struct {
 	data      []byte
 	lease     time.Duration
 	heartbeat time.Duration
-	urgent    bool // the caller holds other locks meanwhile (AcquireAll): never sleep far
+	urgent    bool                            // the caller holds other locks meanwhile (AcquireAll): never sleep far
 	init      map[string]types.AttributeValue // SetIfAbsent (ItemLocker only)
 }
 
