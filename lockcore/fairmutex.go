@@ -604,6 +604,7 @@ func (m *Mutex) wait(ctx context.Context, h *mutexHold, row mutexRow, sent time.
 			} else {
 				d = min(d, watch, obs.since.Add(lease).Sub(now)+time.Millisecond)
 			}
+			d = max(d, ac.pollFloor(lease))
 			if !p.forever {
 				d = min(d, p.max-waited)
 			}

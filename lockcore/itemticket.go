@@ -716,6 +716,7 @@ func (il *ItemLocker) wait(ctx context.Context, h *itemHold, leaseID string, tr 
 			if il.cfg.takeover.wallClock && st.ticket == st.serving && st.until > 0 {
 				d = min(d, time.UnixMilli(st.until).Add(il.cfg.takeover.skew).Sub(now)+time.Millisecond)
 			}
+			d = max(d, ac.pollFloor(itemLease))
 			if !p.forever {
 				d = min(d, p.max-waited)
 			}

@@ -384,6 +384,13 @@ type acquireConfig struct {
 	heartbeat time.Duration
 	urgent    bool                            // the caller holds other locks meanwhile (AcquireAll): never sleep far
 	init      map[string]types.AttributeValue // SetIfAbsent (ItemLocker only)
+	minPoll   time.Duration                   // MinPollInterval
+}
+
+// pollFloor is the shortest sleep between a waiter's reads: MinPollInterval, at most
+// half of lease (the served holder's lease, so that a stalled holder is still skipped).
+func (a *acquireConfig) pollFloor(lease time.Duration) time.Duration {
+	return min(a.minPoll, lease/2)
 }
 
 // applyAcquire makes a WaitPolicy an AcquireOption: Acquire(ctx, key, WaitUpTo(d)).
@@ -450,6 +457,26 @@ func SetIfAbsent(attrs map[string]types.AttributeValue) AcquireOption {
 			}
 		}
 		a.init = attrs
+		return nil
+	})
+}
+
+// MinPollInterval makes a waiting Acquire read the lock at most once per d (at most
+// half a lease, so that a stalled holder is still taken over). Waiters read when the
+// pace of the queue says their turn is near, and a queue that stands is read less and
+// less often; d puts a floor under that. It is for a caller to whom noticing its turn up
+// to d late costs less than the reads: a duplicate of work another holder is doing, a
+// background job. It never makes a wait end early. d must be positive and at most a
+// minute. Mutex, TicketLock, Queue and ItemLocker take it.
+//
+//	lease, err := items.Acquire(ctx, key, lockcore.WaitUpTo(10*time.Second),
+//		lockcore.MinPollInterval(250*time.Millisecond))
+func MinPollInterval(d time.Duration) AcquireOption {
+	return acquireFunc(func(a *acquireConfig) error {
+		if d <= 0 || d > time.Minute {
+			return invalidOption("minPollInterval", "must be positive and at most 1m, got %s", d)
+		}
+		a.minPoll = d
 		return nil
 	})
 }
