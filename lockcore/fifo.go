@@ -291,6 +291,12 @@ func (q *Queue) dropPending(ctx context.Context, key, ns string, ticket int64, l
 	_ = q.release(ctx, l)
 }
 
+// scanRows is how many rows from the head of the queue a waiter reads per poll: the
+// head (whose holder it watches) and a few behind it, so that dead rows at the head are
+// evicted a few at a time. A waiter never needs the rest: it is served when its own row
+// is the first one, and its place in line is its ticket less the head's.
+const scanRows = 4
+
 // queueRow is one ticket row as read by a waiter.
 type queueRow struct {
 	sk     string
@@ -314,7 +320,9 @@ func (q *Queue) waitTurn(ctx context.Context, l *Lease, ac *acquireConfig, ticke
 		default:
 		}
 		send := q.cfg.clock.Now()
-		rows, err := q.scan(ctx, l.key, ac.namespace)
+		// The rows from the head of the queue up to ours (a strongly consistent Query
+		// in key order: the zero-padded ticket), at most scanRows of them.
+		rows, complete, err := q.scan(ctx, l.key, ac.namespace, ticket)
 		if err != nil {
 			if ctx.Err() != nil {
 				return &HeldError{Key: l.key, Waited: q.cfg.clock.Now().Sub(start), Cause: ctx.Err()}
@@ -343,15 +351,18 @@ func (q *Queue) waitTurn(ctx context.Context, l *Lease, ac *acquireConfig, ticke
 			}
 			ahead = append(ahead, r)
 		}
-		if err == nil && !mine {
+		if err == nil && !mine && (complete || len(ahead) < len(rows)) {
+			// Every row up to our ticket was read and ours is not there (or not ours).
 			return &LeaseError{Op: "wait", Key: l.key, LeaseID: l.id, Err: ErrLeaseLost}
 		}
 		var live []queueRow
 		var wake time.Duration = -1
+		evicted := false
 		for _, r := range ahead {
 			dead, in := q.dead(l.key, r, now)
 			if dead && q.evict(ctx, l.key, r) {
 				st.takeover = true
+				evicted = true
 				continue
 			}
 			live = append(live, r)
@@ -360,8 +371,18 @@ func (q *Queue) waitTurn(ctx context.Context, l *Lease, ac *acquireConfig, ticke
 			}
 		}
 		if err == nil && len(live) == 0 {
-			served = true
-			return nil // our turn
+			if mine {
+				served = true
+				return nil // our turn: our row is the first one
+			}
+			if evicted {
+				continue // the rows read were dead and are gone: read on from there, at once
+			}
+			// Only rows without a holder ahead (none are written so): back off, read again.
+			if serr := sleep(ctx, q.cfg.backoffBase); serr != nil {
+				return &HeldError{Key: l.key, Waited: q.cfg.clock.Now().Sub(start), Cause: serr}
+			}
+			continue
 		}
 		var head *Holder
 		if len(live) > 0 {
@@ -384,7 +405,11 @@ func (q *Queue) waitTurn(ctx context.Context, l *Lease, ac *acquireConfig, ticke
 		if !p.forever && waited >= p.max {
 			return &HeldError{Key: l.key, Holder: head, Waited: waited, TimedOut: p.max > 0}
 		}
-		d := pc.delay(now, int64(len(live)), max(rtt, time.Millisecond), turn)
+		pos := int64(1) // after a failed read: as if next
+		if len(live) > 0 {
+			pos = ticket - live[0].ticket
+		}
+		d := pc.delay(now, pos, max(rtt, time.Millisecond), turn)
 		if err != nil {
 			d = q.cfg.backoffBase
 		}
@@ -392,6 +417,7 @@ func (q *Queue) waitTurn(ctx context.Context, l *Lease, ac *acquireConfig, ticke
 			d = wake + time.Millisecond
 		}
 		d = min(d, l.duration/10)
+		d = max(d, ac.pollFloor(l.duration))
 		if !p.forever {
 			d = min(d, p.max-waited)
 		}
@@ -458,40 +484,33 @@ func (q *Queue) evict(ctx context.Context, key string, r queueRow) bool {
 }
 
 // scan reads the queue in ticket order with strongly consistent, paginated Queries.
-func (q *Queue) scan(ctx context.Context, key, ns string) ([]queueRow, error) {
+func (q *Queue) scan(ctx context.Context, key, ns string, ticket int64) (rows []queueRow, complete bool, err error) {
 	kc := expression.Key(attrPK).Equal(expression.Value(key)).
-		And(expression.Key(attrSK).BeginsWith(ticketPrefix(ns)))
+		And(expression.Key(attrSK).Between(expression.Value(ticketSK(ns, 0)), expression.Value(ticketSK(ns, ticket))))
 	e, err := expression.NewBuilder().WithKeyCondition(kc).Build()
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
-	var rows []queueRow
-	var startKey item
-	for {
-		out, err := q.db.Query(ctx, &dynamodb.QueryInput{
-			TableName:                 aws.String(q.table),
-			KeyConditionExpression:    e.KeyCondition(),
-			ExpressionAttributeNames:  e.Names(),
-			ExpressionAttributeValues: e.Values(),
-			ConsistentRead:            aws.Bool(true),
-			ExclusiveStartKey:         startKey,
-		})
-		if err != nil {
-			return nil, err
-		}
-		for _, it := range out.Items {
-			t, _ := attrN(it, attrTicket)
-			h := holderOf(it)
-			if h == nil {
-				continue
-			}
-			rows = append(rows, queueRow{sk: attrS(it, attrSK), ticket: t, holder: *h})
-		}
-		if len(out.LastEvaluatedKey) == 0 {
-			return rows, nil
-		}
-		startKey = out.LastEvaluatedKey
+	out, err := q.db.Query(ctx, &dynamodb.QueryInput{
+		TableName:                 aws.String(q.table),
+		KeyConditionExpression:    e.KeyCondition(),
+		ExpressionAttributeNames:  e.Names(),
+		ExpressionAttributeValues: e.Values(),
+		ConsistentRead:            aws.Bool(true),
+		Limit:                     aws.Int32(scanRows),
+	})
+	if err != nil {
+		return nil, false, err
 	}
+	for _, it := range out.Items {
+		t, _ := attrN(it, attrTicket)
+		h := holderOf(it)
+		if h == nil {
+			continue
+		}
+		rows = append(rows, queueRow{sk: attrS(it, attrSK), ticket: t, holder: *h})
+	}
+	return rows, len(out.LastEvaluatedKey) == 0, nil
 }
 
 func (q *Queue) rowKey(l *Lease) item { return item{attrPK: s(l.key), attrSK: s(l.namespace)} }
