@@ -28,7 +28,8 @@
 //   - Queue (FIFO ticket queue with a row per waiter): waiters enter strictly in arrival
 //     order, and each waiter's row is visible (owner, heartbeat) while it waits, so a
 //     crashed waiter is evicted after its own lease rather than when its turn comes. It
-//     costs a read and a transaction to enqueue and a Query per poll.
+//     costs a read and a transaction to enqueue and a Query per poll (of at most four
+//     rows: from the head of the queue up to the waiter's own).
 //   - Versioned (optimistic): no lock; writes conditioned on the version read, retried
 //     with a merge function. Best when conflicts are rare.
 //   - Mutex.AcquireAll (multi-key): several keys all-or-nothing, in canonical order, so
@@ -73,7 +74,10 @@
 // time their reads by queue position and the queue's measured pace; ItemLocker and
 // Mutex waiting on a row of the previous release back off exponentially with full
 // jitter, capped (WithBackoff). All wake exactly when a takeover becomes possible. A
-// context deadline always wins.
+// context deadline always wins. A waiter whose queue stands still reads less and less
+// often, the next in line at least five times a lease and those behind it twice a lease;
+// MinPollInterval(d) puts a floor under the reads of one acquisition, for callers to
+// whom a late turn costs less than the reads.
 //
 // # Tables
 //

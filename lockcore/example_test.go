@@ -94,6 +94,40 @@ func ExampleItemLocker() {
 	// Output: available: 10
 }
 
+// An order item created PENDING in the write that locks it: the take that locks an
+// absent item also writes what SetIfAbsent names (only where the item lacks it), so a new
+// item costs no second write, and an existing one keeps its attributes. A waiter that is
+// in no hurry (here: behind a duplicate of its own work) reads at most every 250 ms.
+func ExampleSetIfAbsent() {
+	ctx := context.Background()
+	db, _, data := exampleTables()
+	key := map[string]types.AttributeValue{
+		"pk": &types.AttributeValueMemberS{Value: "ORDER#42"},
+		"sk": &types.AttributeValueMemberS{Value: "ORDER"},
+	}
+	il, err := lockcore.NewItemLocker(db, data, lockcore.WithOwner("worker-1"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	lease, err := il.Acquire(ctx, key, lockcore.WaitUpTo(10*time.Second), lockcore.MinPollInterval(250*time.Millisecond),
+		lockcore.SetIfAbsent(map[string]types.AttributeValue{
+			"status": &types.AttributeValueMemberS{Value: "PENDING"},
+		}))
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("status:", lease.Item()["status"].(*types.AttributeValueMemberS).Value)
+	item, err := il.UpdateAndRelease(ctx, lease,
+		expression.Set(expression.Name("status"), expression.Value("RESERVED")), nil)
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("status:", item["status"].(*types.AttributeValueMemberS).Value)
+	// Output:
+	// status: PENDING
+	// status: RESERVED
+}
+
 func ExampleQueue() {
 	ctx := context.Background()
 	db, locks, _ := exampleTables()
