@@ -293,8 +293,10 @@ func (q *Queue) dropPending(ctx context.Context, key, ns string, ticket int64, l
 
 // scanRows is how many rows from the head of the queue a waiter reads per poll: the
 // head (whose holder it watches) and a few behind it, so that dead rows at the head are
-// evicted a few at a time. A waiter never needs the rest: it is served when its own row
-// is the first one, and its place in line is its ticket less the head's.
+// evicted a few at a time. To be served a waiter needs no more: it is served when its own
+// row is the first one, and its place in line is its ticket less the head's. Once a
+// lease it reads every row ahead of it, so that a waiter that died anywhere in the queue
+// is seen, watched and evicted within about two of its leases, not when its turn comes.
 const scanRows = 4
 
 // queueRow is one ticket row as read by a waiter.
@@ -313,6 +315,7 @@ func (q *Queue) waitTurn(ctx context.Context, l *Lease, ac *acquireConfig, ticke
 	defer func() { pc.done(&q.pacing, l.key, served) }()
 	headTicket := int64(-1) // the head of the queue as last seen
 	rtt := time.Duration(0)
+	fullAt := start // when every row ahead was last read (short waits never need to)
 	for {
 		select {
 		case <-l.Done():
@@ -321,8 +324,12 @@ func (q *Queue) waitTurn(ctx context.Context, l *Lease, ac *acquireConfig, ticke
 		}
 		send := q.cfg.clock.Now()
 		// The rows from the head of the queue up to ours (a strongly consistent Query
-		// in key order: the zero-padded ticket), at most scanRows of them.
-		rows, complete, err := q.scan(ctx, l.key, ac.namespace, ticket)
+		// in key order: the zero-padded ticket): scanRows of them, all once a lease.
+		limit := int32(scanRows)
+		if send.Sub(fullAt) >= l.duration {
+			limit, fullAt = 0, send
+		}
+		rows, complete, err := q.scan(ctx, l.key, ac.namespace, ticket, limit)
 		if err != nil {
 			if ctx.Err() != nil {
 				return &HeldError{Key: l.key, Waited: q.cfg.clock.Now().Sub(start), Cause: ctx.Err()}
@@ -483,34 +490,49 @@ func (q *Queue) evict(ctx context.Context, key string, r queueRow) bool {
 	return rerr == nil && cur == nil
 }
 
-// scan reads the queue in ticket order with strongly consistent, paginated Queries.
-func (q *Queue) scan(ctx context.Context, key, ns string, ticket int64) (rows []queueRow, complete bool, err error) {
+// scan reads the queue in ticket order, from its head up to ticket, with strongly
+// consistent Queries: at most limit rows (0: all, paginated). complete says whether
+// every row up to ticket was read.
+func (q *Queue) scan(ctx context.Context, key, ns string, ticket int64, limit int32) (rows []queueRow, complete bool, err error) {
 	kc := expression.Key(attrPK).Equal(expression.Value(key)).
 		And(expression.Key(attrSK).Between(expression.Value(ticketSK(ns, 0)), expression.Value(ticketSK(ns, ticket))))
 	e, err := expression.NewBuilder().WithKeyCondition(kc).Build()
 	if err != nil {
 		return nil, false, err
 	}
-	out, err := q.db.Query(ctx, &dynamodb.QueryInput{
-		TableName:                 aws.String(q.table),
-		KeyConditionExpression:    e.KeyCondition(),
-		ExpressionAttributeNames:  e.Names(),
-		ExpressionAttributeValues: e.Values(),
-		ConsistentRead:            aws.Bool(true),
-		Limit:                     aws.Int32(scanRows),
-	})
-	if err != nil {
-		return nil, false, err
-	}
-	for _, it := range out.Items {
-		t, _ := attrN(it, attrTicket)
-		h := holderOf(it)
-		if h == nil {
-			continue
+	var startKey item
+	for {
+		in := &dynamodb.QueryInput{
+			TableName:                 aws.String(q.table),
+			KeyConditionExpression:    e.KeyCondition(),
+			ExpressionAttributeNames:  e.Names(),
+			ExpressionAttributeValues: e.Values(),
+			ConsistentRead:            aws.Bool(true),
+			ExclusiveStartKey:         startKey,
 		}
-		rows = append(rows, queueRow{sk: attrS(it, attrSK), ticket: t, holder: *h})
+		if limit > 0 {
+			in.Limit = aws.Int32(limit)
+		}
+		out, err := q.db.Query(ctx, in)
+		if err != nil {
+			return nil, false, err
+		}
+		for _, it := range out.Items {
+			t, _ := attrN(it, attrTicket)
+			h := holderOf(it)
+			if h == nil {
+				continue
+			}
+			rows = append(rows, queueRow{sk: attrS(it, attrSK), ticket: t, holder: *h})
+		}
+		if len(out.LastEvaluatedKey) == 0 {
+			return rows, true, nil
+		}
+		if limit > 0 {
+			return rows, false, nil
+		}
+		startKey = out.LastEvaluatedKey
 	}
-	return rows, len(out.LastEvaluatedKey) == 0, nil
 }
 
 func (q *Queue) rowKey(l *Lease) item { return item{attrPK: s(l.key), attrSK: s(l.namespace)} }
