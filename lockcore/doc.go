@@ -76,9 +76,8 @@
 // Mutex waiting on a row of the previous release back off exponentially with full
 // jitter, capped (WithBackoff). All wake exactly when a takeover becomes possible. A
 // context deadline always wins. A waiter whose queue stands still reads less and less
-// often, the next in line at least five times a lease and those behind it twice a lease;
-// MinPollInterval(d) puts a floor under the reads of one acquisition, for callers to
-// whom a late turn costs less than the reads.
+// often, but at least ten times a lease; MinPollInterval(d) puts a floor under the reads
+// of one acquisition, for callers to whom a late turn costs less than the reads.
 //
 // # Tables
 //

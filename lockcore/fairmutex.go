@@ -598,7 +598,7 @@ func (m *Mutex) wait(ctx context.Context, h *mutexHold, row mutexRow, sent time.
 			// often enough that the takeover clock starts soon after the holder's last
 			// heartbeat (see watchEvery).
 			lease := max(row.servedLease(), time.Millisecond)
-			watch := watchEvery(lease, h.ticket-row.serving)
+			watch := watchEvery(lease)
 			if m.cfg.takeover.wallClock && row.hFor == row.serving && row.hUntil > 0 {
 				d = min(d, watch, time.UnixMilli(row.hUntil).Add(m.cfg.takeover.skew).Sub(now)+time.Millisecond)
 			} else {

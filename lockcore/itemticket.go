@@ -712,7 +712,7 @@ func (il *ItemLocker) wait(ctx context.Context, h *itemHold, leaseID string, tr 
 			// Never sleep past the moment a stalled holder could be skipped, and look
 			// often enough that the takeover clock starts soon after the holder's last
 			// heartbeat (see watchEvery; a far sleep on a wrong pace stays short too).
-			d = min(d, watchEvery(lease, pos), obs.at.Add(itemLease).Sub(now)+time.Millisecond)
+			d = min(d, watchEvery(lease), obs.at.Add(itemLease).Sub(now)+time.Millisecond)
 			if il.cfg.takeover.wallClock && st.ticket == st.serving && st.until > 0 {
 				d = min(d, time.UnixMilli(st.until).Add(il.cfg.takeover.skew).Sub(now)+time.Millisecond)
 			}

@@ -408,7 +408,7 @@ func (t *TicketLock) wait(ctx context.Context, h *ticketHold, row ticketRow, sen
 			// Never sleep past the moment a stalled holder could be skipped, and look
 			// often enough that the takeover clock starts soon after the holder's last
 			// heartbeat (see watchEvery).
-			d = min(d, watchEvery(lease, h.ticket-row.serving), obs.at.Add(time.Duration(row.leaseMs)*time.Millisecond).Sub(now)+time.Millisecond)
+			d = min(d, watchEvery(lease), obs.at.Add(time.Duration(row.leaseMs)*time.Millisecond).Sub(now)+time.Millisecond)
 			d = max(d, ac.pollFloor(time.Duration(row.leaseMs)*time.Millisecond))
 			if !p.forever {
 				d = min(d, p.max-waited)
