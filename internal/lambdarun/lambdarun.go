@@ -424,7 +424,7 @@ func (s *Session) Invoke(ctx context.Context, event []byte) (Result, error) {
 	case <-s.exited:
 	case <-wait.C:
 	}
-	s.logs.settle(20*time.Millisecond, 200*time.Millisecond)
+	s.logs.settle(50*time.Millisecond, 500*time.Millisecond)
 	res.Logs = s.logs.since(logStart)
 	return res, nil
 }
@@ -685,13 +685,17 @@ func (l *logBuffer) since(off int) []byte {
 func (l *logBuffer) bytes() []byte { return l.since(0) }
 
 // settle waits until no output arrived for quiet (at most max), so output the process wrote
-// just before asking for the next invocation has been copied from its pipe.
+// just before asking for the next invocation has been copied from its pipe. The quiet
+// period counts from the call at the earliest: output written long before says nothing
+// about a line still in the pipe, whose copy may lag on a loaded machine.
 func (l *logBuffer) settle(quiet, max time.Duration) {
-	end := time.Now().Add(max)
+	start := time.Now()
+	end := start.Add(max)
 	for time.Now().Before(end) {
 		l.mu.Lock()
 		idle := time.Since(l.last)
 		l.mu.Unlock()
+		idle = min(idle, time.Since(start))
 		if idle >= quiet {
 			return
 		}
