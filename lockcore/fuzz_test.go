@@ -70,8 +70,10 @@ func pkValid(s string) bool {
 }
 
 // skValid: room is what lockcore appends to the namespace in the sort key.
+// skValid is the rule for a namespace in a sort key: non-empty UTF-8 without the '#'
+// that separates a namespace from a strategy's row suffix, fitting with room to spare.
 func skValid(s string, room int) bool {
-	return s != "" && len(s)+room <= lockcore.MaxSortKeyBytes && utf8.ValidString(s)
+	return s != "" && !strings.Contains(s, "#") && len(s)+room <= lockcore.MaxSortKeyBytes && utf8.ValidString(s)
 }
 
 // verdict is what the documented rules say of an input.
