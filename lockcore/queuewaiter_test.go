@@ -2,8 +2,6 @@ package lockcore_test
 
 import (
 	"context"
-	"errors"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -13,35 +11,6 @@ import (
 
 	"github.com/turnstile-locks/turnstile/lockcore"
 )
-
-// dies is a client that stops reaching DynamoDB once dead is set: a process that crashed.
-type dies struct {
-	lockcore.DynamoDB
-	dead atomic.Bool
-}
-
-var errDead = errors.New("process is dead")
-
-func (d *dies) UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput, o ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error) {
-	if d.dead.Load() {
-		return nil, errDead
-	}
-	return d.DynamoDB.UpdateItem(ctx, in, o...)
-}
-
-func (d *dies) Query(ctx context.Context, in *dynamodb.QueryInput, o ...func(*dynamodb.Options)) (*dynamodb.QueryOutput, error) {
-	if d.dead.Load() {
-		return nil, errDead
-	}
-	return d.DynamoDB.Query(ctx, in, o...)
-}
-
-func (d *dies) DeleteItem(ctx context.Context, in *dynamodb.DeleteItemInput, o ...func(*dynamodb.Options)) (*dynamodb.DeleteItemOutput, error) {
-	if d.dead.Load() {
-		return nil, errDead
-	}
-	return d.DynamoDB.DeleteItem(ctx, in, o...)
-}
 
 // A Queue waiter that dies while queued is evicted while the holder still holds, not when
 // its turn comes: waiters read only the head of the queue per poll (4 rows), but every row
@@ -72,11 +41,11 @@ func TestQueueDeadWaiterEvictedBeforeItsTurn(t *testing.T) {
 		}()
 		time.Sleep(100 * time.Millisecond) // in this order
 	}
-	d := &dies{DynamoDB: e.db}
+	d := &cutOff{DynamoDB: e.db} // a process that crashes while queued
 	deadQ, _ := lockcore.NewQueue(d, e.locks, opts("dead")...)
 	go func() { _, _ = deadQ.Acquire(context.Background(), "qdead", lockcore.WaitUpTo(30*time.Second)) }()
 	time.Sleep(300 * time.Millisecond) // its row is in the queue
-	d.dead.Store(true)
+	d.cut.Store(true)
 
 	waiter, _ := lockcore.NewQueue(e.db, e.locks, opts("waiter")...)
 	got := make(chan error, 1)

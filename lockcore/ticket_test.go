@@ -299,6 +299,20 @@ func (c *cutOff) GetItem(ctx context.Context, in *dynamodb.GetItemInput, o ...fu
 	return c.DynamoDB.GetItem(ctx, in, o...)
 }
 
+func (c *cutOff) Query(ctx context.Context, in *dynamodb.QueryInput, o ...func(*dynamodb.Options)) (*dynamodb.QueryOutput, error) {
+	if c.cut.Load() {
+		return nil, errCut
+	}
+	return c.DynamoDB.Query(ctx, in, o...)
+}
+
+func (c *cutOff) DeleteItem(ctx context.Context, in *dynamodb.DeleteItemInput, o ...func(*dynamodb.Options)) (*dynamodb.DeleteItemOutput, error) {
+	if c.cut.Load() {
+		return nil, errCut
+	}
+	return c.DynamoDB.DeleteItem(ctx, in, o...)
+}
+
 func (c *cutOff) UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput, o ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error) {
 	if c.cut.Load() {
 		return nil, errCut
