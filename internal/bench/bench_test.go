@@ -268,10 +268,14 @@ func TestCountingCapacity(t *testing.T) {
 			_, err := d.UpdateItem(ctx, &dynamodb.UpdateItemInput{})
 			return err
 		}, 0, 0, 0},
-		{"transaction: twice the engine's figure", &fakeDB{transact: []types.ConsumedCapacity{{CapacityUnits: &two}}}, func(d *CountingDB) error {
+		{"transaction: 2 per item (DynamoDB Local reports 2 per table)", &fakeDB{transact: []types.ConsumedCapacity{{CapacityUnits: &two}}}, func(d *CountingDB) error {
 			_, err := d.TransactWriteItems(ctx, twoItems)
 			return err
 		}, 4, 0, 0},
+		{"transaction: the service's figure when larger (items over 1 KB)", &fakeDB{transact: []types.ConsumedCapacity{{CapacityUnits: aws.Float64(6)}}}, func(d *CountingDB) error {
+			_, err := d.TransactWriteItems(ctx, twoItems)
+			return err
+		}, 6, 0, 0},
 		{"cancelled transaction: 2 per item", &fakeDB{err: &types.TransactionCanceledException{
 			CancellationReasons: []types.CancellationReason{{Code: aws.String("ConditionalCheckFailed")}, {Code: aws.String("None")}},
 		}}, func(d *CountingDB) error {

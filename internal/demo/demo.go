@@ -323,7 +323,8 @@ type runResult struct {
 	ordersMessages, dupSnd int
 	aud                    *audit
 	seconds                float64
-	ops                    map[string]int64 // requests by function, operation and table
+	ops                    map[string]int64   // requests by function, operation and table
+	opsCap                 map[string]float64 // their capacity units
 }
 
 // crashPlan records the holder crashes (the crash orders' first receives, see
@@ -561,11 +562,14 @@ func (d *demo) runTurnstile(ctx context.Context, legacy bool) (*runResult, error
 	}
 	res.redrivenOrders = len(redriven)
 	res.calls = map[string]int64{}
-	res.ops = map[string]int64{}
+	res.ops, res.opsCap = map[string]int64{}, map[string]float64{}
 	for fn, m := range meters {
 		res.calls[fn] = m.requests.Load()
 		for k, v := range m.opCounts() {
 			res.ops[fn+" "+k] += v
+		}
+		for k, v := range m.opCapacity() {
+			res.opsCap[fn+" "+k] += v
 		}
 		res.capacity += m.capacity()
 	}
@@ -868,6 +872,7 @@ func (d *demo) fill(r *Report, tr, br, lr *runResult) {
 		st := d.runStats(x, total(x.calls), x.capacity, contention)
 		st.DurationS = x.seconds
 		st.CallsByOperation = x.ops
+		st.CapacityByOperation = x.opsCap
 		r.Runs[name] = st
 	}
 	o := tr.out

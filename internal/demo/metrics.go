@@ -26,8 +26,8 @@ import (
 // meter counts the DynamoDB requests of one client (every attempt, as DynamoDB bills
 // them), the capacity units the engine reports (ReturnConsumedCapacity TOTAL is set on
 // every request that takes it; a conditional write refused by its condition is counted
-// as the 1 WCU AWS bills, since the error carries no figure), and feeds successful writes
-// to an audit.
+// as the 1 WCU AWS bills, since the error carries no figure; a transaction as 2 WCU per
+// item, see transactWCU), and feeds successful writes to an audit.
 type meter struct {
 	requests   atomic.Int64
 	condFailed atomic.Int64
@@ -35,11 +35,13 @@ type meter struct {
 	capMilli   atomic.Int64
 	audit      *audit
 
-	opsMu sync.Mutex
-	ops   map[string]int64 // "Operation Table" -> requests (first attempts)
+	opsMu  sync.Mutex
+	ops    map[string]int64 // "Operation Table" -> requests (first attempts)
+	opsCap map[string]int64 // "Operation Table" -> capacity units consumed, in thousandths
 }
 
-func (m *meter) countOp(op string, params any) {
+// countOp counts a request under "Operation Table" and returns that key.
+func (m *meter) countOp(op string, params any) string {
 	table := ""
 	switch in := params.(type) {
 	case *dynamodb.GetItemInput:
@@ -56,12 +58,36 @@ func (m *meter) countOp(op string, params any) {
 	if parts := strings.Split(table, "-"); len(parts) == 4 {
 		table = parts[2]
 	}
+	key := strings.TrimSpace(op + " " + table)
 	m.opsMu.Lock()
 	defer m.opsMu.Unlock()
 	if m.ops == nil {
 		m.ops = map[string]int64{}
 	}
-	m.ops[strings.TrimSpace(op+" "+table)]++
+	m.ops[key]++
+	return key
+}
+
+// addCap adds capacity units (in thousandths) to the meter and to key's share.
+func (m *meter) addCap(key string, milli int64) {
+	m.capMilli.Add(milli)
+	m.opsMu.Lock()
+	defer m.opsMu.Unlock()
+	if m.opsCap == nil {
+		m.opsCap = map[string]int64{}
+	}
+	m.opsCap[key] += milli
+}
+
+// opCapacity returns the capacity units consumed by "Operation Table".
+func (m *meter) opCapacity() map[string]float64 {
+	m.opsMu.Lock()
+	defer m.opsMu.Unlock()
+	out := make(map[string]float64, len(m.opsCap))
+	for k, v := range m.opsCap {
+		out[k] = float64(v) / 1000
+	}
+	return out
 }
 
 func (m *meter) opCounts() map[string]int64 {
@@ -86,18 +112,23 @@ func (m *meter) install(stack *middleware.Stack) error {
 			middleware.InitializeOutput, middleware.Metadata, error,
 		) {
 			askCapacity(in.Parameters)
-			m.countOp(awsmiddleware.GetOperationName(ctx), in.Parameters)
+			key := m.countOp(awsmiddleware.GetOperationName(ctx), in.Parameters)
 			out, md, err := next.HandleInitialize(ctx, in)
 			var ccf *types.ConditionalCheckFailedException
 			var tce *types.TransactionCanceledException
 			switch {
 			case errors.As(err, &ccf):
 				m.condFailed.Add(1)
-				m.capMilli.Add(1000)
+				m.addCap(key, 1000)
 			case errors.As(err, &tce):
 				m.txCanceled.Add(1)
+				m.addCap(key, int64(math.Round(transactWCU(in.Parameters, nil)*1000)))
 			case err == nil:
-				m.capMilli.Add(int64(math.Round(capacityOf(out.Result) * 1000)))
+				units := capacityOf(out.Result)
+				if _, ok := in.Parameters.(*dynamodb.TransactWriteItemsInput); ok {
+					units = transactWCU(in.Parameters, out.Result)
+				}
+				m.addCap(key, int64(math.Round(units*1000)))
 				if m.audit != nil {
 					m.audit.observe(awsmiddleware.GetOperationName(ctx), in.Parameters)
 				}
@@ -116,6 +147,23 @@ func (m *meter) install(stack *middleware.Stack) error {
 			}
 			return next.HandleFinalize(ctx, in)
 		}), middleware.After)
+}
+
+// transactWCU is what a TransactWriteItems costs: 2 WCU per item and KB (prepare and
+// commit; a cancelled transaction is billed too). DynamoDB reports that total, but
+// DynamoDB Local reports 2 per table whatever the number of items (and nothing for a
+// cancelled transaction), so the figure is at least 2 per item: the demo's items are
+// under 1 KB.
+func transactWCU(params, result any) float64 {
+	in, ok := params.(*dynamodb.TransactWriteItemsInput)
+	if !ok {
+		return 0
+	}
+	wcu := 2 * float64(len(in.TransactItems))
+	if out, ok := result.(*dynamodb.TransactWriteItemsOutput); ok {
+		wcu = math.Max(wcu, capacityOf(out))
+	}
+	return wcu
 }
 
 func (m *meter) capacity() float64 { return float64(m.capMilli.Load()) / 1000 }

@@ -37,6 +37,9 @@ type RunStats struct {
 	// CallsByOperation counts the requests (first attempts) by function, operation
 	// (UpdateItem with its ReturnValues) and table.
 	CallsByOperation map[string]int64 `json:"calls_by_operation,omitempty"`
+	// CapacityByOperation is the capacity units those requests consumed (a conditional
+	// write refused by its condition counts 1 WCU, as AWS bills it).
+	CapacityByOperation map[string]float64 `json:"capacity_by_operation,omitempty"`
 }
 
 // runStats computes a run's RunStats from its queue and audit.

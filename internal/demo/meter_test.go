@@ -1,0 +1,40 @@
+package demo
+
+import (
+	"testing"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+)
+
+// TestTransactWCU pins the transaction rule of the demo's meter: DynamoDB Local reports 2
+// CU per table whatever the number of items, AWS bills 2 WCU per item and KB.
+func TestTransactWCU(t *testing.T) {
+	in := func(n int) *dynamodb.TransactWriteItemsInput {
+		return &dynamodb.TransactWriteItemsInput{TransactItems: make([]types.TransactWriteItem, n)}
+	}
+	out := func(units ...float64) *dynamodb.TransactWriteItemsOutput {
+		o := &dynamodb.TransactWriteItemsOutput{}
+		for _, u := range units {
+			o.ConsumedCapacity = append(o.ConsumedCapacity, types.ConsumedCapacity{CapacityUnits: aws.Float64(u)})
+		}
+		return o
+	}
+	for _, c := range []struct {
+		name   string
+		params any
+		result any
+		want   float64
+	}{
+		{"DynamoDB Local: 2 per table for 12 items", in(12), out(2, 2), 24},
+		{"one item", in(1), out(2), 2},
+		{"the service's larger figure (items over 1 KB)", in(2), out(10), 10},
+		{"cancelled: 2 per item", in(5), nil, 10},
+		{"not a transaction", &dynamodb.PutItemInput{}, nil, 0},
+	} {
+		if got := transactWCU(c.params, c.result); got != c.want {
+			t.Errorf("%s: transactWCU = %v, want %v", c.name, got, c.want)
+		}
+	}
+}
