@@ -37,6 +37,9 @@ import (
 //	           at once and every heartbeat (a handoff or skip removes it, so a holder
 //	           that entered by a handoff is reported without owner until it heartbeats)
 //	rel, skip  the last ticket released by its holder / skipped by a waiter
+//	holdMs     the holders' hold time (a moving average, written by each release): what
+//	           waiters without hold times of their own plan their reads with (see
+//	           pacing.turnShared); timing only, never safety
 //
 // A waiting ticket costs its w# entry only (about 13 bytes), so a row with 64 waiters
 // stays under 1 KB and a write of it costs 1 WCU (TestMutexRowUnderOneKBWith64Waiters).
@@ -51,6 +54,7 @@ const (
 	attrHUntil   = "hUntil"
 	attrHSince   = "hSince"
 	attrHOwner   = "hOwner"
+	attrHoldMs   = "holdMs"
 	detailPrefix = "d#"
 )
 
@@ -81,6 +85,7 @@ type mutexRow struct {
 	hFor, hUntil, hSince int64
 	hOwner               string
 	leaseMs              int64 // 0: not recorded (a row of the first ticket-format release)
+	holdMs               int64 // the holders' published hold time (0: none)
 	ttl                  int64
 }
 
@@ -109,6 +114,7 @@ func parseMutexRow(it item, wattr string) mutexRow {
 	r.hOwner = attrS(it, attrHOwner)
 	if r.format == fmtFair {
 		r.leaseMs, _ = attrN(it, attrLeaseMs)
+		r.holdMs, _ = attrN(it, attrHoldMs)
 	}
 	r.hFor, _ = attrN(it, attrHFor)
 	r.hUntil, _ = attrN(it, attrHUntil)
@@ -116,6 +122,9 @@ func parseMutexRow(it item, wattr string) mutexRow {
 	r.ttl, _ = attrN(it, attrExpiresAt)
 	return r
 }
+
+// sharedHold is the hold time the row's holders published (0: none).
+func (r mutexRow) sharedHold() time.Duration { return time.Duration(r.holdMs) * time.Millisecond }
 
 func parseDetails(av types.AttributeValue) entryDetails {
 	if b, ok := av.(*types.AttributeValueMemberB); ok {
@@ -230,6 +239,7 @@ type mutexHold struct {
 	life   string
 	next   int64     // last ticket issued as this holder last saw the row
 	since  time.Time // when Acquire returned (for the hold-time estimate)
+	shared int64     // the row's published hold time (ms) when we entered (0: none)
 	gc     []string  // old tombstones seen when the ticket was issued: removed on release
 
 	skippedStalled bool // this waiter skipped a holder that had stopped heartbeating
@@ -593,7 +603,8 @@ func (m *Mutex) wait(ctx context.Context, h *mutexHold, row mutexRow, sent time.
 			if !p.forever && waited >= p.max {
 				return nil, m.giveUp(ctx, h, row, start, nil)
 			}
-			d := pc.delay(now, h.ticket-row.serving, rtt, m.pacing.turn(pk, rtt, pc.pace))
+			pos, turn := h.ticket-row.serving, m.pacing.turnShared(pk, rtt, pc.pace, row.sharedHold())
+			d := pc.delay(now, pos, rtt, turn)
 			// Never sleep past the moment the served ticket could be skipped, and look
 			// often enough that the takeover clock starts soon after the holder's last
 			// heartbeat (see watchEvery).
@@ -650,7 +661,7 @@ func (m *Mutex) wait(ctx context.Context, h *mutexHold, row mutexRow, sent time.
 			lastBefore = send
 		}
 		if next.life == row.life {
-			pc.read(send, next.serving-row.serving, m.pacing.turn(pk, rtt, pc.pace), rtt)
+			pc.read(send, next.serving-row.serving, m.pacing.turnShared(pk, rtt, pc.pace, next.sharedHold()), rtt)
 		} else {
 			pc.restart(send)
 		}
@@ -697,7 +708,7 @@ func (m *Mutex) enter(ctx context.Context, h *mutexHold, row mutexRow, lastBefor
 		}
 	}
 	l.token = makeFence(epoch, h.ticket)
-	h.since = m.cfg.clock.Now()
+	h.since, h.shared = m.cfg.clock.Now(), row.holdMs
 	l.startHeartbeat(ctx, ac.heartbeat)
 	return l, nil
 }
@@ -902,8 +913,14 @@ func (h *mutexHold) release(ctx context.Context, l *Lease) error {
 	if err := checkOwner("release", l); err != nil {
 		return err
 	}
+	var shared int64 // the hold time to publish (0: unknown, an attached lease)
 	if !h.since.IsZero() {
-		m.pacing.held(m.pk(h.key, h.ns), m.cfg.clock.Now().Sub(h.since))
+		held := m.cfg.clock.Now().Sub(h.since)
+		m.pacing.held(m.pk(h.key, h.ns), held)
+		shared = max(held.Milliseconds(), 1)
+		if h.shared > 0 {
+			shared = max((7*h.shared+3*shared)/10, 1)
+		}
 	}
 	bo := backoff{base: m.cfg.backoffBase, cap: m.cfg.backoffCap}
 	uncertain := false
@@ -916,6 +933,9 @@ func (h *mutexHold) release(ctx context.Context, l *Lease) error {
 			Remove(name(h.wattr)).
 			Remove(name(h.dattr)).
 			Remove(name(attrHOwner))
+		if shared > 0 {
+			upd = upd.Set(name(attrHoldMs), value(shared))
+		}
 		for _, tomb := range h.gc {
 			upd = upd.Remove(name(tomb))
 		}

@@ -497,3 +497,49 @@ func TestMutexSkipUsesHoldersLease(t *testing.T) {
 	}
 	_ = l.Release(ctx)
 }
+
+// Every release publishes the holders' hold time (a moving average) in the row, for
+// waiters that have none of their own (a new Lambda environment) to plan their reads with.
+func TestMutexPublishesHoldTime(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ctx := ctxT(t, time.Minute)
+	holdMs := func() int64 {
+		t.Helper()
+		out, err := e.db.GetItem(ctx, &dynamodb.GetItemInput{TableName: aws.String(e.locks), ConsistentRead: aws.Bool(true),
+			Key: map[string]types.AttributeValue{"pk": &types.AttributeValueMemberS{Value: "published"}, "sk": &types.AttributeValueMemberS{Value: "lock"}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		n, ok := out.Item["holdMs"].(*types.AttributeValueMemberN)
+		if !ok {
+			t.Fatalf("row without holdMs: %v", out.Item)
+		}
+		v, _ := strconv.ParseInt(n.Value, 10, 64)
+		return v
+	}
+	slow, _ := lockcore.NewMutex(e.db, e.locks, fast("slow")...)
+	quick, _ := lockcore.NewMutex(e.db, e.locks, fast("quick")...)
+	l, err := slow.Acquire(ctx, "published")
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(300 * time.Millisecond)
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	first := holdMs()
+	if first < 300 || first > 3000 {
+		t.Fatalf("holdMs after a 300ms hold = %d", first)
+	}
+	if l, err = quick.Acquire(ctx, "published"); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// 0.7 × first + 0.3 × (a hold of a few milliseconds).
+	if second := holdMs(); second >= first || second < first*6/10 {
+		t.Fatalf("holdMs after a short hold = %d, want the moving average 0.7×%d + 0.3×(short)", second, first)
+	}
+}

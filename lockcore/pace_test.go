@@ -140,6 +140,25 @@ func TestPacingTurnIsCapped(t *testing.T) {
 	}
 }
 
+// A client without hold times of its own (a new Lambda environment) plans with the hold
+// time the lock's holders published; its own, once it has one, comes first.
+func TestPacingTurnShared(t *testing.T) {
+	var p pacing
+	if got := p.turnShared("k", 10*ms, 500*ms, 0); got != 0 {
+		t.Fatalf("turn without any hold time = %s, want 0", got)
+	}
+	if got := p.turnShared("k", 10*ms, 500*ms, 100*ms); got != 70*ms {
+		t.Fatalf("turn = %s, want 70ms (half the published hold 100ms + 2 RTT, below the pace)", got)
+	}
+	if got := p.turnShared("k", 10*ms, 60*ms, 100*ms); got != 60*ms {
+		t.Fatalf("turn = %s, want the faster measured pace 60ms", got)
+	}
+	p.held("k", 20*ms)
+	if got := p.turnShared("k", 10*ms, 500*ms, 100*ms); got != 40*ms {
+		t.Fatalf("turn = %s, want 40ms (own hold 20ms + 2 RTT)", got)
+	}
+}
+
 // A waiter that finds its turn already came right after a far sleep shortens the reach
 // of later far sleeps; waits without overshoot lengthen it back, slowly.
 func TestPacingReach(t *testing.T) {
