@@ -69,9 +69,9 @@ func pkValid(s string) bool {
 	return s != "" && len(s) <= lockcore.MaxPartitionKeyBytes && utf8.ValidString(s) && !strings.HasPrefix(s, reservedPrefix)
 }
 
-// skValid: room is what lockcore appends to the namespace in the sort key.
 // skValid is the rule for a namespace in a sort key: non-empty UTF-8 without the '#'
-// that separates a namespace from a strategy's row suffix, fitting with room to spare.
+// that separates a namespace from a strategy's row suffix, fitting with room to spare
+// (room: what lockcore appends to the namespace in the sort key).
 func skValid(s string, room int) bool {
 	return s != "" && !strings.Contains(s, "#") && len(s)+room <= lockcore.MaxSortKeyBytes && utf8.ValidString(s)
 }

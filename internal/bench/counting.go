@@ -113,7 +113,7 @@ func (c *Counters) add(wcu, rcu float64) {
 //   - a successful single-item write: the engine's figure (1 WCU per KB, at least 1);
 //   - a write refused by its condition: 1 WCU (the service charges it; the engine's error
 //     carries no figure);
-//   - a transaction, successful or cancelled: 2 WCU per item and KB (see transactWCU);
+//   - a transaction, successful or cancelled: 2 WCU per item and KB (see TransactWCU);
 //   - a strongly consistent GetItem or Query: the engine's figure (1 RCU per 4 KB read, at
 //     least 1); computed from the returned items if the engine does not say;
 //   - failed calls that never reached a decision (network, throttling): 0.
@@ -265,7 +265,7 @@ func (d *CountingDB) TransactWriteItems(ctx context.Context, in *dynamodb.Transa
 	d.C.observe(time.Since(t0))
 	d.C.calls.Add(1)
 	d.C.ops[opTransact].Add(1)
-	wcu := transactWCU(len(in.TransactItems), out, err)
+	wcu := TransactWCU(len(in.TransactItems), out, err)
 	switch {
 	case err == nil:
 		d.C.add(wcu, 0)
@@ -331,11 +331,12 @@ func valueSize(v types.AttributeValue) int {
 	return 0
 }
 
-// transactWCU is what a TransactWriteItems of n items costs: 2 WCU per item and KB (the
-// prepare and the commit). DynamoDB reports that total; DynamoDB Local reports 2 per
-// table whatever the number of items, and nothing for a cancelled transaction, so the
-// cost is at least 2 per item (items under 1 KB, as lock rows are).
-func transactWCU(n int, out *dynamodb.TransactWriteItemsOutput, err error) float64 {
+// TransactWCU is what a TransactWriteItems of n items costs, successful or cancelled
+// (err): 2 WCU per item and KB (the prepare and the commit). DynamoDB reports that total;
+// DynamoDB Local reports 2 per table whatever the number of items, and nothing for a
+// cancelled transaction, so the cost is at least 2 per item (items under 1 KB, as lock
+// rows and the demo's items are). The demo's meter uses it too.
+func TransactWCU(n int, out *dynamodb.TransactWriteItemsOutput, err error) float64 {
 	wcu := 2 * float64(n)
 	if err == nil && out != nil {
 		var reported float64

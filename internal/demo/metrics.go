@@ -18,6 +18,7 @@ import (
 	"github.com/aws/smithy-go/middleware"
 
 	janhandler "github.com/turnstile-locks/turnstile/functions/janitor/handler"
+	"github.com/turnstile-locks/turnstile/internal/bench"
 	"github.com/turnstile-locks/turnstile/internal/emf"
 	"github.com/turnstile-locks/turnstile/internal/shop"
 	"github.com/turnstile-locks/turnstile/lockcore"
@@ -149,21 +150,15 @@ func (m *meter) install(stack *middleware.Stack) error {
 		}), middleware.After)
 }
 
-// transactWCU is what a TransactWriteItems costs: 2 WCU per item and KB (prepare and
-// commit; a cancelled transaction is billed too). DynamoDB reports that total, but
-// DynamoDB Local reports 2 per table whatever the number of items (and nothing for a
-// cancelled transaction), so the figure is at least 2 per item: the demo's items are
-// under 1 KB.
+// transactWCU is bench.TransactWCU for a request's parameters and result (0 for other
+// operations).
 func transactWCU(params, result any) float64 {
 	in, ok := params.(*dynamodb.TransactWriteItemsInput)
 	if !ok {
 		return 0
 	}
-	wcu := 2 * float64(len(in.TransactItems))
-	if out, ok := result.(*dynamodb.TransactWriteItemsOutput); ok {
-		wcu = math.Max(wcu, capacityOf(out))
-	}
-	return wcu
+	out, _ := result.(*dynamodb.TransactWriteItemsOutput)
+	return bench.TransactWCU(len(in.TransactItems), out, nil)
 }
 
 func (m *meter) capacity() float64 { return float64(m.capMilli.Load()) / 1000 }
