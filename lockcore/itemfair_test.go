@@ -769,3 +769,133 @@ func TestItemUpdatesRaceHeartbeat(t *testing.T) {
 	}
 	t.Logf("%d updates beside the heartbeat", n)
 }
+
+// HeldCondition holds for a lease the queue handed over and that has not written since
+// (its ticket, not its id, is in the holder attributes), and for a claimed lease; it
+// fails for the lease's predecessor and after the lease was released. A caller's own
+// transaction conditioned on it (a decision that unlocks the item) lands for the holder
+// only — a condition built from lockedBy = lease id refused the handed-over holder.
+func TestItemHeldConditionInCallersTransaction(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ctx := ctxT(t, 30*time.Second)
+	key := dataKey("held-condition")
+	first, _ := lockcore.NewItemLocker(e.db, e.data, fast("first", lockcore.WithHeartbeat(0))...)
+	second, _ := lockcore.NewItemLocker(e.db, e.data, fast("second", lockcore.WithHeartbeat(0))...)
+	l1, err := first.Acquire(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan *lockcore.ItemLease, 1)
+	go func() {
+		l2, err := second.Acquire(ctx, key, lockcore.WaitUpTo(10*time.Second))
+		if err != nil {
+			t.Error(err)
+		}
+		got <- l2
+	}()
+	waitQueued(t, e, key, 1)
+	old := l1.HeldCondition()
+	if err := l1.Release(ctx); err != nil { // hands the item over to the waiter's ticket
+		t.Fatal(err)
+	}
+	l2 := <-got
+	if l2 == nil {
+		t.FailNow()
+	}
+	write := func(cond expression.ConditionBuilder, v int) error {
+		b, err := expression.NewBuilder().WithCondition(cond).
+			WithUpdate(expression.Set(expression.Name("n"), expression.Value(v))).Build()
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = e.db.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: []types.TransactWriteItem{{
+			Update: &types.Update{TableName: aws.String(e.data), Key: key, UpdateExpression: b.Update(),
+				ConditionExpression: b.Condition(), ExpressionAttributeNames: b.Names(), ExpressionAttributeValues: b.Values()},
+		}}})
+		return err
+	}
+	if err := write(old, 1); err == nil {
+		t.Fatal("the released predecessor's condition held")
+	}
+	a := lockcore.DefaultItemAttributes
+	byID := expression.And(expression.Name(a.LockedBy).Equal(expression.Value(l2.ID())),
+		expression.Name(a.Owner).Equal(expression.Value(l2.Owner())))
+	if err := write(byID, 3); err == nil {
+		t.Fatal("the handed-over holder's id is in lockedBy before its first write; this test no longer tests the handover")
+	}
+	if err := write(l2.HeldCondition(), 2); err != nil {
+		t.Fatalf("the handed-over holder's condition: %v", err)
+	}
+	if _, err := l2.Update(ctx, addOne(), expression.ConditionBuilder{}); err != nil { // claims it
+		t.Fatal(err)
+	}
+	if err := write(l2.HeldCondition(), 5); err != nil {
+		t.Fatalf("the claimed holder's condition: %v", err)
+	}
+	cond := l2.HeldCondition()
+	if err := l2.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := write(cond, 7); err == nil {
+		t.Fatal("a released lease's condition held")
+	}
+	if got := readN(t, e, key); got != "5" {
+		t.Fatalf("n = %s, want 5", got)
+	}
+}
+
+// An item released by the caller's own transaction (the holder attributes removed,
+// serving left at the holder's ticket, nobody queued behind it) is free: a client that
+// found it busy lately, and so starts its next take in the queue form, takes it at once.
+// It looped before between the queue form (refused: the item is free) and a skip with
+// nothing to skip, and gave up ("the item keeps changing under the take").
+func TestItemReleasedByCallersTransactionIsFree(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ctx := ctxT(t, 30*time.Second)
+	key := dataKey("caller-released")
+	first, _ := lockcore.NewItemLocker(e.db, e.data, fast("first", lockcore.WithHeartbeat(0))...)
+	second, _ := lockcore.NewItemLocker(e.db, e.data, fast("second", lockcore.WithHeartbeat(0))...)
+	l1, err := first.Acquire(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan *lockcore.ItemLease, 1)
+	go func() {
+		l2, err := second.Acquire(ctx, key, lockcore.WaitUpTo(10*time.Second)) // second now knows the item busy
+		if err != nil {
+			t.Error(err)
+		}
+		got <- l2
+	}()
+	waitQueued(t, e, key, 1)
+	if err := l1.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	l2 := <-got
+	if l2 == nil {
+		t.FailNow()
+	}
+	a := lockcore.DefaultItemAttributes
+	b, err := expression.NewBuilder().WithCondition(l2.HeldCondition()).WithUpdate(
+		expression.Set(expression.Name("n"), expression.Value(1)).
+			Remove(expression.Name(a.LockedBy)).Remove(expression.Name(a.Owner)).
+			Remove(expression.Name(a.Until)).Remove(expression.Name(a.LockTime))).Build()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.db.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: []types.TransactWriteItem{{
+		Update: &types.Update{TableName: aws.String(e.data), Key: key, UpdateExpression: b.Update(),
+			ConditionExpression: b.Condition(), ExpressionAttributeNames: b.Names(), ExpressionAttributeValues: b.Values()},
+	}}}); err != nil {
+		t.Fatalf("the holder's own transaction: %v", err)
+	}
+	l3, err := second.Acquire(ctx, key, lockcore.WaitUpTo(2*time.Second))
+	if err != nil {
+		t.Fatalf("take after the caller's release: %v", err)
+	}
+	if err := l3.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -242,6 +242,22 @@ func (l *ItemLease) write(ctx context.Context, update expression.UpdateBuilder, 
 	return l.locker.write(ctx, l, update, c, release)
 }
 
+// HeldCondition is the condition that this lease still holds its item, for a write of
+// the item in the caller's own TransactWriteItems (a decision that also unlocks the
+// item, say): the lease's id and owner are in the holder attributes, or — for a lease
+// the fair queue handed over and that has not written since — its ticket is the one
+// served and the holder attributes name that ticket. Build such conditions with it, not
+// from the holder attributes: a lease that waited for the item holds it by its ticket
+// until its first write (a renewal, Update) claims it.
+func (l *ItemLease) HeldCondition() expression.ConditionBuilder {
+	if l.hold == nil {
+		a := l.locker.attrs
+		return expression.And(expression.Equal(name(a.LockedBy), value(l.id)),
+			expression.Equal(name(a.Owner), value(l.owner)))
+	}
+	return l.hold.owns(l.Lease)
+}
+
 // Token returns the fencing token of this acquisition: its ticket, the number of tickets
 // the item has issued, kept in its Fence attribute. Tokens strictly increase for as long as the item
 // exists. Deleting the item deletes the counter: the next acquisition starts again at 1,

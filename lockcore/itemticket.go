@@ -106,7 +106,13 @@ const (
 
 func (st itemState) served() servedKind {
 	if st.lockedBy == "" {
-		if !st.hasServing || st.serving > st.next {
+		// serving == next: the last ticket issued was served and released by a write
+		// that left serving alone (a caller's own transaction) — nobody waits, so the
+		// item is free, as freeCond says. Calling it gone made a take that had started
+		// in the queue form (this client found the item busy lately) loop between a
+		// queue form refused because the item is free and a skip with nothing to skip,
+		// until it gave up ("the item keeps changing under the take").
+		if !st.hasServing || st.serving >= st.next {
 			return servedFree
 		}
 		return servedGone

@@ -100,3 +100,37 @@ func TestBatchSKULeaseLostWritesNothing(t *testing.T) {
 	wantStatus(t, live, "ord-1", shop.StatusPending)
 	wantStatus(t, live, "ord-2", shop.StatusPending)
 }
+
+// An order lock handed over by the fair queue is used for the decision as it is: a batch
+// that waited for the order (its other copy's holder let it go undecided) decides it.
+// The decision's condition names the holder by ticket until its first write
+// (lockcore.ItemLease.HeldCondition); the lease-id condition used before refused it,
+// and the order failed with ErrLeaseLost after every wait (heartbeats are off here so
+// that no renewal claims the lease first).
+func TestBatchDecidesHandedOverOrder(t *testing.T) {
+	e := newEnv(t)
+	il, err := lockcore.NewItemLocker(e.db, e.t.Orders, lockcore.WithOwner("other"), lockcore.WithMinLease(time.Second),
+		lockcore.WithLease(2*time.Second), lockcore.WithHeartbeat(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := il.Acquire(ctxT(t, 10*time.Second), map[string]types.AttributeValue{"orderId": &types.AttributeValueMemberS{Value: "ord-1"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc := e.service(t, "batch", shop.WithWaitBudget(5*time.Second), shop.WithLockOptions(lockcore.WithHeartbeat(0)))
+	seed(t, svc, map[string]int{"MUG-RED-350": 5})
+	go func() {
+		time.Sleep(300 * time.Millisecond)
+		_ = l.Release(context.Background())
+	}()
+	o := shop.Order{OrderID: "ord-1", CustomerID: "c", Lines: []shop.Line{{SKU: "MUG-RED-350", Qty: 2}}}
+	r := svc.ProcessOrders(ctxT(t, 10*time.Second), []shop.Order{o})[0]
+	if r.Err != nil || r.Outcome.Status != shop.StatusReserved {
+		t.Fatalf("ord-1 = %+v, %v; want RESERVED", r.Outcome, r.Err)
+	}
+	wantStock(t, svc, "MUG-RED-350", 3, 2)
+	if out, err := svc.ProcessOrder(ctxT(t, 10*time.Second), o); err != nil || !out.Duplicate {
+		t.Fatalf("ProcessOrder again = %+v, %v; want a duplicate", out, err)
+	}
+}

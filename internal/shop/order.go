@@ -246,9 +246,11 @@ func linesList(lines []Line) []map[string]any {
 func (s *Service) finalOrderItem(ol *lockcore.ItemLease, o Order, st Status, reason string) types.TransactWriteItem {
 	a := lockcore.DefaultItemAttributes
 	now := s.now().UnixMilli()
-	cond := expression.And(
-		name(a.LockedBy).Equal(value(ol.ID())),
-		name(a.Owner).Equal(value(ol.Owner())))
+	// Not hand-built from the holder attributes: a lease that waited for the order holds
+	// it by its ticket until its first write, and such a condition refused the decision
+	// of every holder that had waited for its order lock and not written since
+	// (ErrLeaseLost, and the message retried).
+	cond := ol.HeldCondition()
 	upd := expression.Set(name(attrStatus), value(string(st))).
 		Set(name(attrCustomerID), value(o.CustomerID)).
 		Set(name(attrLines), value(linesList(o.Lines))).

@@ -95,6 +95,12 @@ func (a *lockAttempts) option(locks, inventory string) func(*dynamodb.Options) {
 								a.reads[strings.TrimPrefix(pk.Value, shop.StockPKPrefix)]++
 							}
 						}
+					case *dynamodb.BatchGetItemInput:
+						for _, k := range x.RequestItems[inventory].Keys {
+							if pk, ok := k["pk"].(*types.AttributeValueMemberS); ok {
+								a.reads[strings.TrimPrefix(pk.Value, shop.StockPKPrefix)]++
+							}
+						}
 					}
 					a.mu.Unlock()
 					return next.HandleInitialize(ctx, in)
@@ -209,6 +215,49 @@ func TestRedeliveredBatchDecidedOnce(t *testing.T) {
 	}
 	if !strings.Contains(f.metrics.String(), `"OrdersDuplicate"`) {
 		t.Errorf("the batch's second copy of r-1 is not reported as a duplicate:\n%s", f.metrics)
+	}
+}
+
+// A batch that waits for an order lock (another copy of the order held it, and let it go
+// undecided) gets it handed over by the fair queue and decides the order. Before
+// HeldCondition, the decision transaction's condition named the holder by lease id, which
+// a handed-over lease is not (its ticket is, until its first write): the order failed
+// with ErrLeaseLost after every wait, and its message came back.
+func TestHandedOverOrderLockIsDecided(t *testing.T) {
+	f := newFixture(t)
+	vis := &visibility{}
+	deadlineFixture(t, f, vis)
+	f.seed(t, map[string]int{"MUG-RED-350": 5})
+	il, err := lockcore.NewItemLocker(testenv.Client(t), f.tables.Orders, lockcore.WithOwner("orderprocessor-other"),
+		lockcore.WithMinLease(time.Second), lockcore.WithLease(2*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := il.Acquire(context.Background(), map[string]types.AttributeValue{"orderId": &types.AttributeValueMemberS{Value: "x-2"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		time.Sleep(500 * time.Millisecond)
+		_ = l.Release(context.Background())
+	}()
+	var ev events.SQSEvent
+	for i, b := range []string{
+		`{"orderId":"x-1","customerId":"c","lines":[{"sku":"MUG-RED-350","qty":1}]}`,
+		`{"orderId":"x-2","customerId":"c","lines":[{"sku":"MUG-RED-350","qty":2}]}`,
+	} {
+		ev.Records = append(ev.Records, orderMessage(i, b))
+	}
+	if failed := f.invoke(t, ev); len(failed) != 0 {
+		t.Fatalf("failures: %v\n%s", failed, f.logs)
+	}
+	for _, id := range []string{"x-1", "x-2"} {
+		if st := f.status(t, id); st != shop.StatusReserved {
+			t.Errorf("%s = %s, want RESERVED", id, st)
+		}
+	}
+	if got := f.stock(t, "MUG-RED-350"); got != [2]int{2, 3} {
+		t.Errorf("MUG stock = %v, want 2 available, 3 reserved", got)
 	}
 }
 
