@@ -21,7 +21,8 @@ import (
 
 // The handler workload: order and stock-adjustment messages delivered to the
 // order/inventory handlers (internal/shop) the way SQS and EventBridge deliver them: at
-// least once. A message that failed (busy, lease lost, crashed handler, network) is
+// least once. An order's odd-numbered deliveries go through ProcessOrders (the order
+// processor's batch path), the even ones through ProcessOrder. A message that failed (busy, lease lost, crashed handler, network) is
 // delivered again later; one that succeeded is sometimes delivered again anyway
 // (duplicate delivery), and sometimes to two handlers at once (visibility timeout
 // running out). Handlers talk through the fault proxy; now and then one dies at a crash
@@ -265,12 +266,21 @@ func (s *shopRun) process(ctx context.Context, svc *shop.Service, m *shopMsg) er
 	s.count(func(r *ShopResult) { r.Deliveries++ })
 	m.mu.Lock()
 	m.attempts++
+	batch := m.attempts%2 == 1
 	m.mu.Unlock()
 	var outcome string
 	var err error
 	if m.order != nil {
 		var out shop.Outcome
-		out, err = svc.ProcessOrder(ictx, *m.order)
+		if batch {
+			// The deployed path (the order processor's batch, which takes no order lock),
+			// alternating with ProcessOrder's (which does) from delivery to delivery, so
+			// that the two meet on the same orders: twins, redeliveries.
+			r := svc.ProcessOrders(ictx, []shop.Order{*m.order})[0]
+			out, err = r.Outcome, r.Err
+		} else {
+			out, err = svc.ProcessOrder(ictx, *m.order)
+		}
 		outcome = string(out.Status)
 	} else {
 		var applied bool

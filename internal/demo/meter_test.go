@@ -38,3 +38,20 @@ func TestTransactWCU(t *testing.T) {
 		}
 	}
 }
+
+// TestBatchGetRCU pins the BatchGetItem floor of the meter: every processed key is
+// billed as a read, found or not; unprocessed keys are not.
+func TestBatchGetRCU(t *testing.T) {
+	keys := func(n int) []map[string]types.AttributeValue { return make([]map[string]types.AttributeValue, n) }
+	in := &dynamodb.BatchGetItemInput{RequestItems: map[string]types.KeysAndAttributes{
+		"orders":    {Keys: keys(4), ConsistentRead: aws.Bool(true)},
+		"inventory": {Keys: keys(3)}, // eventually consistent: 0.5 each
+	}}
+	if got := batchGetRCU(in, &dynamodb.BatchGetItemOutput{}); got != 5.5 {
+		t.Errorf("all processed: %v RCU, want 5.5", got)
+	}
+	out := &dynamodb.BatchGetItemOutput{UnprocessedKeys: map[string]types.KeysAndAttributes{"orders": {Keys: keys(3)}}}
+	if got := batchGetRCU(in, out); got != 2.5 {
+		t.Errorf("3 orders unprocessed: %v RCU, want 2.5", got)
+	}
+}

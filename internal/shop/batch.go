@@ -10,6 +10,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/turnstile-locks/turnstile/lockcore"
@@ -56,7 +58,7 @@ type batchJob struct {
 //     a hot SKU wanted by five orders of the batch is acquired, read and released once,
 //     not five times. Each SKU lease carries the component's order ids (joined by
 //     BatchDataSeparator), so a lease found abandoned names its orders.
-//  3. It reads each SKU's stock once, then decides the orders in batch order against the
+//  3. It reads each SKU's stock once (one BatchGetItem for the group), then decides the orders in batch order against the
 //     running stock and writes all of the component's decisions in one transaction
 //     (more only past DynamoDB's 100 items): each order's item (its decision, which
 //     unlocks it) and one update per SKU moving the reserved units, conditioned on
@@ -321,7 +323,7 @@ func (s *Service) decideGroup(ctx context.Context, group []*batchJob, lease time
 	// Released when the group is done — not by a crash: a dead holder releases nothing.
 	releaseSKUs := func() { s.releaseAll(ctx, "stock of "+what, ml) }
 
-	// The stock, once per SKU (concurrently); the running figure follows the decisions
+	// The stock, once per SKU (in one request); the running figure follows the decisions
 	// written.
 	stock, err := s.readStocks(ctx, skus)
 	if err != nil {
@@ -472,33 +474,55 @@ func decideFrom(stock map[string]int64, order Order) (Status, string) {
 	return StatusReserved, ""
 }
 
-// readStocks reads the stock of every SKU concurrently: the SKU locks are held meanwhile,
-// and every millisecond they are held is a millisecond every waiter waits.
+// maxBatchGetKeys is DynamoDB's limit of keys in one BatchGetItem.
+const maxBatchGetKeys = 100
+
+// batchGetAttempts bounds the requests of one BatchGetItem whose keys DynamoDB keeps
+// returning unprocessed (throttling).
+const batchGetAttempts = 8
+
+// readStocks reads the stock record of every SKU, strongly consistent, in one
+// BatchGetItem (one per 100 SKUs, plus one for keys DynamoDB leaves unprocessed, after a
+// short backoff): the SKU locks are held meanwhile, and one request holds them shorter
+// than one per SKU, however concurrent. A SKU without a record has nothing available.
 func (s *Service) readStocks(ctx context.Context, skus map[string]bool) (map[string]int64, error) {
-	var (
-		mu    sync.Mutex
-		wg    sync.WaitGroup
-		first error
-	)
-	stock := make(map[string]int64, len(skus))
+	keys := make([]map[string]types.AttributeValue, 0, len(skus))
 	for sku := range skus {
-		wg.Add(1)
-		go func(sku string) {
-			defer wg.Done()
-			st, err := s.readStock(ctx, sku)
-			mu.Lock()
-			defer mu.Unlock()
-			if err != nil {
-				if first == nil {
-					first = err
-				}
-				return
-			}
-			stock[sku] = st.available
-		}(sku)
+		keys = append(keys, stockKey(sku))
 	}
-	wg.Wait()
-	return stock, first
+	stock := make(map[string]int64, len(skus))
+	for len(keys) > 0 {
+		n := min(len(keys), maxBatchGetKeys)
+		req := map[string]types.KeysAndAttributes{s.t.Inventory: {Keys: keys[:n], ConsistentRead: aws.Bool(true)}}
+		keys = keys[n:]
+		wait := 10 * time.Millisecond
+		for attempt := 1; len(req) > 0 && len(req[s.t.Inventory].Keys) > 0; attempt++ {
+			if attempt > 1 {
+				if attempt > batchGetAttempts {
+					return nil, fmt.Errorf("shop: read stock: keys still unprocessed after %d requests", batchGetAttempts)
+				}
+				t := time.NewTimer(wait)
+				select {
+				case <-ctx.Done():
+					t.Stop()
+					return nil, fmt.Errorf("shop: read stock: %w", ctx.Err())
+				case <-t.C:
+				}
+				wait = min(2*wait, 200*time.Millisecond)
+			}
+			out, err := s.db.BatchGetItem(ctx, &dynamodb.BatchGetItemInput{RequestItems: req})
+			if err != nil {
+				return nil, fmt.Errorf("shop: read stock: %w", err)
+			}
+			for _, it := range out.Responses[s.t.Inventory] {
+				if sku, ok := strings.CutPrefix(getS(it, attrPK), StockPKPrefix); ok {
+					stock[sku], _ = getN(it, attrAvailable)
+				}
+			}
+			req = out.UnprocessedKeys
+		}
+	}
+	return stock, nil
 }
 
 // releaseAll releases the leases of ml concurrently (best effort, as release does): the

@@ -44,8 +44,8 @@ func (c *opCounter) client(db *dynamodb.Client) *dynamodb.Client {
 
 // TestProcessOrdersUncontendedCost pins the request count of the batch path on free
 // locks: ten orders on three SKUs cost one locking take per order (which also stores it as
-// PENDING), one take, one stock read and one release per SKU, and one transaction for all
-// ten decisions — 20 requests, 2 per order. A change that adds a round trip per order or
+// PENDING), one take and one release per SKU, one read of the stock of all three SKUs
+// (BatchGetItem), and one transaction for all ten decisions — 18 requests, 1.8 per order. A change that adds a round trip per order or
 // per SKU fails here (cost is measured by counting requests, not by timing).
 func TestProcessOrdersUncontendedCost(t *testing.T) {
 	e := newEnv(t)
@@ -70,7 +70,7 @@ func TestProcessOrdersUncontendedCost(t *testing.T) {
 	want := map[string]int{
 		"UpdateItem " + e.t.Orders: 10, // the order locks, each storing its order as PENDING
 		"UpdateItem " + e.t.Locks:  6,  // the SKU locks: take and release of each
-		"GetItem " + e.t.Inventory: 3,  // the stock, once per SKU
+		"BatchGetItem":             1,  // the stock, once per SKU, in one request
 		"TransactWriteItems":       1,  // every decision
 	}
 	c.mu.Lock()

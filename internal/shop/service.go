@@ -10,6 +10,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/turnstile-locks/turnstile/internal/emf"
@@ -116,10 +117,20 @@ const (
 	AdjustmentMarkerRetention = 30 * 24 * time.Hour
 )
 
+// DB is the part of the DynamoDB client the service uses (*dynamodb.Client satisfies
+// it): what lockcore needs, and BatchGetItem, with which ProcessOrders reads a group's
+// stock and orders in one request.
+type DB interface {
+	lockcore.DynamoDB
+	BatchGetItem(ctx context.Context, in *dynamodb.BatchGetItemInput, optFns ...func(*dynamodb.Options)) (*dynamodb.BatchGetItemOutput, error)
+}
+
+var _ DB = (*dynamodb.Client)(nil)
+
 // Service reserves stock for orders and applies stock adjustments under turnstile locks.
 // It is safe for concurrent use.
 type Service struct {
-	db       lockcore.DynamoDB
+	db       DB
 	t        Tables
 	owner    string
 	lease    time.Duration
@@ -260,7 +271,7 @@ func WithLockOptions(opts ...lockcore.Option) Option {
 // NewService returns a Service on the given tables. Locks is required; Orders and
 // Inventory only by the operations that use them (the inventory updater has no orders
 // table, the janitor no inventory).
-func NewService(db lockcore.DynamoDB, t Tables, opts ...Option) (*Service, error) {
+func NewService(db DB, t Tables, opts ...Option) (*Service, error) {
 	if db == nil {
 		return nil, errors.New("shop: db must not be nil")
 	}
