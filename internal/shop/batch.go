@@ -496,17 +496,13 @@ func (s *Service) readStocks(ctx context.Context, skus map[string]bool) (map[str
 		req := map[string]types.KeysAndAttributes{s.t.Inventory: {Keys: keys[:n], ConsistentRead: aws.Bool(true)}}
 		keys = keys[n:]
 		wait := 10 * time.Millisecond
-		for attempt := 1; len(req) > 0 && len(req[s.t.Inventory].Keys) > 0; attempt++ {
+		for attempt := 1; len(req[s.t.Inventory].Keys) > 0; attempt++ {
 			if attempt > 1 {
 				if attempt > batchGetAttempts {
 					return nil, fmt.Errorf("shop: read stock: keys still unprocessed after %d requests", batchGetAttempts)
 				}
-				t := time.NewTimer(wait)
-				select {
-				case <-ctx.Done():
-					t.Stop()
-					return nil, fmt.Errorf("shop: read stock: %w", ctx.Err())
-				case <-t.C:
+				if err := sleepCtx(ctx, wait); err != nil {
+					return nil, fmt.Errorf("shop: read stock: %w", err)
 				}
 				wait = min(2*wait, 200*time.Millisecond)
 			}

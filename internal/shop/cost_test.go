@@ -18,6 +18,19 @@ import (
 type opCounter struct {
 	mu  sync.Mutex
 	ops map[string]int
+	tx  func(items int) // told the item count of each TransactWriteItems
+}
+
+// onTransact sets f to be told the item count of every transaction; the result unsets it.
+func (c *opCounter) onTransact(f func(items int)) func() {
+	c.mu.Lock()
+	c.tx = f
+	c.mu.Unlock()
+	return func() {
+		c.mu.Lock()
+		c.tx = nil
+		c.mu.Unlock()
+	}
 }
 
 func (c *opCounter) client(db *dynamodb.Client) *dynamodb.Client {
@@ -34,6 +47,9 @@ func (c *opCounter) client(db *dynamodb.Client) *dynamodb.Client {
 					op += " " + *p.TableName
 				}
 				c.mu.Lock()
+				if p, ok := in.Parameters.(*dynamodb.TransactWriteItemsInput); ok && c.tx != nil {
+					c.tx(len(p.TransactItems))
+				}
 				c.ops[op]++
 				c.mu.Unlock()
 				return next.HandleInitialize(ctx, in)
@@ -90,4 +106,41 @@ func TestProcessOrdersUncontendedCost(t *testing.T) {
 	for i := range orders {
 		wantStatus(t, svc, orders[i].OrderID, shop.StatusReserved)
 	}
+}
+
+// TestApplyAdjustmentUncontendedCost pins the request count of an applied adjustment on
+// a free lock: the SKU lock's take and release, one read of the marker and the stock
+// together (BatchGetItem), and one transaction of two items (stock and marker; the fence
+// and the marker's condition guard it, no ConditionCheck of the lease) — 4 requests.
+func TestApplyAdjustmentUncontendedCost(t *testing.T) {
+	e := newEnv(t)
+	c := &opCounter{ops: map[string]int{}}
+	e.db = c.client(e.db)
+	svc := e.service(t, "w1")
+	seed(t, svc, map[string]int{"A": 10})
+	c.mu.Lock()
+	c.ops = map[string]int{}
+	c.mu.Unlock()
+	var items []int
+	tx := c.onTransact(func(n int) { items = append(items, n) })
+	defer tx()
+	applied, err := svc.ApplyAdjustment(ctxT(t, 10*time.Second), shop.Adjustment{AdjustmentID: "adj-1", SKU: "A", Delta: -3, Reason: "count"})
+	if err != nil || !applied {
+		t.Fatalf("ApplyAdjustment = %v, %v", applied, err)
+	}
+	want := map[string]int{
+		"UpdateItem " + e.t.Locks: 2, // take and release
+		"BatchGetItem":            1, // marker and stock
+		"TransactWriteItems":      1, // stock and marker
+	}
+	c.mu.Lock()
+	got := maps.Clone(c.ops)
+	c.mu.Unlock()
+	if !maps.Equal(got, want) {
+		t.Errorf("requests %v, want %v", got, want)
+	}
+	if len(items) != 1 || items[0] != 2 {
+		t.Errorf("transaction items %v, want one transaction of 2", items)
+	}
+	wantStock(t, svc, "A", 7, 0)
 }
