@@ -213,8 +213,7 @@ func (s *Service) SeedStock(ctx context.Context, sku string, available int) erro
 }
 
 // readAdjustment reads an adjustment's marker (nil when there is none) and its SKU's
-// stock record in one strongly consistent BatchGetItem (again for keys DynamoDB leaves
-// unprocessed, after a short backoff).
+// stock record in one strongly consistent BatchGetItem (see batchGet).
 func (s *Service) readAdjustment(ctx context.Context, a Adjustment) (marker map[string]types.AttributeValue, st stockRecord, err error) {
 	if s.legacy {
 		// Two reads, as the behaviour the demo compares against made them.
@@ -230,47 +229,19 @@ func (s *Service) readAdjustment(ctx context.Context, a Adjustment) (marker map[
 		st, err := s.readStock(ctx, a.SKU)
 		return nil, st, err
 	}
-	req := map[string]types.KeysAndAttributes{s.t.Inventory: {
-		Keys: []map[string]types.AttributeValue{markerKey(a.SKU, a.AdjustmentID), stockKey(a.SKU)}, ConsistentRead: aws.Bool(true),
-	}}
-	wait := 10 * time.Millisecond
-	for attempt := 1; len(req[s.t.Inventory].Keys) > 0; attempt++ {
-		if attempt > 1 {
-			if attempt > batchGetAttempts {
-				return nil, stockRecord{}, fmt.Errorf("read marker and stock: keys still unprocessed after %d requests", batchGetAttempts)
-			}
-			if err := sleepCtx(ctx, wait); err != nil {
-				return nil, stockRecord{}, fmt.Errorf("read marker and stock: %w", err)
-			}
-			wait = min(2*wait, 200*time.Millisecond)
+	items, err := s.batchGet(ctx, s.t.Inventory, []map[string]types.AttributeValue{markerKey(a.SKU, a.AdjustmentID), stockKey(a.SKU)})
+	if err != nil {
+		return nil, stockRecord{}, fmt.Errorf("read marker and stock: %w", err)
+	}
+	for _, it := range items {
+		switch getS(it, attrSK) {
+		case StockSK:
+			st.exists = true
+			st.available, _ = getN(it, attrAvailable)
+			st.reserved, _ = getN(it, attrReserved)
+		default:
+			marker = it
 		}
-		out, err := s.db.BatchGetItem(ctx, &dynamodb.BatchGetItemInput{RequestItems: req})
-		if err != nil {
-			return nil, stockRecord{}, fmt.Errorf("read marker and stock: %w", err)
-		}
-		for _, it := range out.Responses[s.t.Inventory] {
-			switch getS(it, attrSK) {
-			case StockSK:
-				st.exists = true
-				st.available, _ = getN(it, attrAvailable)
-				st.reserved, _ = getN(it, attrReserved)
-			default:
-				marker = it
-			}
-		}
-		req = out.UnprocessedKeys
 	}
 	return marker, st, nil
-}
-
-// sleepCtx waits d, or less if ctx ends first (its error).
-func sleepCtx(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
 }

@@ -58,8 +58,9 @@ type batchJob struct {
 //     a hot SKU wanted by five orders of the batch is acquired, read and released once,
 //     not five times. Each SKU lease carries the component's order ids (joined by
 //     BatchDataSeparator), so a lease found abandoned names its orders.
-//  3. It reads each SKU's stock once (one BatchGetItem for the group), then decides the orders in batch order against the
-//     running stock and writes all of the component's decisions in one transaction
+//  3. It reads each SKU's stock once (one BatchGetItem for the group), then decides the
+//     orders in batch order against the running stock and writes all of the
+//     component's decisions in one transaction
 //     (more only past DynamoDB's 100 items): each order's item (its decision, which
 //     unlocks it) and one update per SKU moving the reserved units, conditioned on
 //     available >= units and fenced by the SKU lease's token (see writeDecisions for
@@ -482,43 +483,69 @@ const maxBatchGetKeys = 100
 const batchGetAttempts = 8
 
 // readStocks reads the stock record of every SKU, strongly consistent, in one
-// BatchGetItem (one per 100 SKUs, plus one for keys DynamoDB leaves unprocessed, after a
-// short backoff): the SKU locks are held meanwhile, and one request holds them shorter
-// than one per SKU, however concurrent. A SKU without a record has nothing available.
+// BatchGetItem (see batchGet): the SKU locks are held meanwhile, and one request holds
+// them shorter than one per SKU, however concurrent. A SKU without a record has nothing
+// available.
 func (s *Service) readStocks(ctx context.Context, skus map[string]bool) (map[string]int64, error) {
 	keys := make([]map[string]types.AttributeValue, 0, len(skus))
 	for sku := range skus {
 		keys = append(keys, stockKey(sku))
 	}
+	items, err := s.batchGet(ctx, s.t.Inventory, keys)
+	if err != nil {
+		return nil, fmt.Errorf("shop: read stock: %w", err)
+	}
 	stock := make(map[string]int64, len(skus))
+	for _, it := range items {
+		if sku, ok := strings.CutPrefix(getS(it, attrPK), StockPKPrefix); ok {
+			stock[sku], _ = getN(it, attrAvailable)
+		}
+	}
+	return stock, nil
+}
+
+// batchGet reads the items of table with the given keys, strongly consistent: one
+// BatchGetItem per 100 keys, and again for the keys DynamoDB returns unprocessed
+// (throttling) after a short backoff, at most batchGetAttempts requests each. Keys
+// without an item are left out of the result.
+func (s *Service) batchGet(ctx context.Context, table string, keys []map[string]types.AttributeValue) ([]map[string]types.AttributeValue, error) {
+	var items []map[string]types.AttributeValue
 	for len(keys) > 0 {
 		n := min(len(keys), maxBatchGetKeys)
-		req := map[string]types.KeysAndAttributes{s.t.Inventory: {Keys: keys[:n], ConsistentRead: aws.Bool(true)}}
+		req := map[string]types.KeysAndAttributes{table: {Keys: keys[:n], ConsistentRead: aws.Bool(true)}}
 		keys = keys[n:]
 		wait := 10 * time.Millisecond
-		for attempt := 1; len(req[s.t.Inventory].Keys) > 0; attempt++ {
+		for attempt := 1; len(req[table].Keys) > 0; attempt++ {
 			if attempt > 1 {
 				if attempt > batchGetAttempts {
-					return nil, fmt.Errorf("shop: read stock: keys still unprocessed after %d requests", batchGetAttempts)
+					return nil, fmt.Errorf("keys still unprocessed after %d requests", batchGetAttempts)
 				}
 				if err := sleepCtx(ctx, wait); err != nil {
-					return nil, fmt.Errorf("shop: read stock: %w", err)
+					return nil, err
 				}
 				wait = min(2*wait, 200*time.Millisecond)
 			}
 			out, err := s.db.BatchGetItem(ctx, &dynamodb.BatchGetItemInput{RequestItems: req})
 			if err != nil {
-				return nil, fmt.Errorf("shop: read stock: %w", err)
+				return nil, err
 			}
-			for _, it := range out.Responses[s.t.Inventory] {
-				if sku, ok := strings.CutPrefix(getS(it, attrPK), StockPKPrefix); ok {
-					stock[sku], _ = getN(it, attrAvailable)
-				}
-			}
+			items = append(items, out.Responses[table]...)
 			req = out.UnprocessedKeys
 		}
 	}
-	return stock, nil
+	return items, nil
+}
+
+// sleepCtx waits d, or less if ctx ends first (its error).
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
 }
 
 // releaseAll releases the leases of ml concurrently (best effort, as release does): the
