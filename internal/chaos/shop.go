@@ -22,13 +22,14 @@ import (
 // The handler workload: order and stock-adjustment messages delivered to the
 // order/inventory handlers (internal/shop) the way SQS and EventBridge deliver them: at
 // least once. An order's odd-numbered deliveries go through ProcessOrders (the order
-// processor's batch path), the even ones through ProcessOrder. A message that failed (busy, lease lost, crashed handler, network) is
-// delivered again later; one that succeeded is sometimes delivered again anyway
-// (duplicate delivery), and sometimes to two handlers at once (visibility timeout
-// running out). Handlers talk through the fault proxy; now and then one dies at a crash
-// point with its locks held (shop.WithCrashHook) and is replaced by a fresh one (a new
-// execution environment, a new owner). Half the handlers run with clocks off by up to a
-// second, inside the service's documented takeover skew allowance (2s).
+// processor's batch path), the even ones through ProcessOrder. A message that failed
+// (busy, lease lost, crashed handler, network) is delivered again later; one that
+// succeeded is sometimes delivered again anyway (duplicate delivery), and sometimes to
+// two handlers at once (visibility timeout running out). Handlers talk through the fault
+// proxy; now and then one dies at a crash point with its locks held
+// (shop.WithCrashHook) and is replaced by a fresh one (a new execution environment, a
+// new owner). Half the handlers run with clocks off by up to a second, inside the
+// service's documented takeover skew allowance (2s).
 //
 // Every quantity and delta is 1, so the final stock counts applications exactly. After
 // the run, undelivered messages are delivered until they succeed (straight to the
@@ -273,9 +274,9 @@ func (s *shopRun) process(ctx context.Context, svc *shop.Service, m *shopMsg) er
 	if m.order != nil {
 		var out shop.Outcome
 		if batch {
-			// The deployed path (the order processor's batch, which takes no order lock),
-			// alternating with ProcessOrder's (which does) from delivery to delivery, so
-			// that the two meet on the same orders: twins, redeliveries.
+			// The deployed path (the order processor's batch of one), alternating with
+			// ProcessOrder from delivery to delivery, so that the two meet on the same
+			// orders: twins, redeliveries.
 			r := svc.ProcessOrders(ictx, []shop.Order{*m.order})[0]
 			out, err = r.Outcome, r.Err
 		} else {
