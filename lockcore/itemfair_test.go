@@ -770,16 +770,12 @@ func TestItemUpdatesRaceHeartbeat(t *testing.T) {
 	t.Logf("%d updates beside the heartbeat", n)
 }
 
-// HeldCondition holds for a lease the queue handed over and that has not written since
-// (its ticket, not its id, is in the holder attributes), and for a claimed lease; it
-// fails for the lease's predecessor and after the lease was released. A caller's own
-// transaction conditioned on it (a decision that unlocks the item) lands for the holder
-// only — a condition built from lockedBy = lease id refused the handed-over holder.
-func TestItemHeldConditionInCallersTransaction(t *testing.T) {
-	t.Parallel()
-	e := newEnv(t)
-	ctx := ctxT(t, 30*time.Second)
-	key := dataKey("held-condition")
+// handedOver locks key with a first client while a second waits for it, then releases
+// it: the queue hands the item over to the second, whose lease has not written since. It
+// returns the first lease (released), the second client and its lease. Neither
+// heartbeats.
+func handedOver(t *testing.T, e *env, ctx context.Context, key map[string]types.AttributeValue) (*lockcore.ItemLease, *lockcore.ItemLocker, *lockcore.ItemLease) {
+	t.Helper()
 	first, _ := lockcore.NewItemLocker(e.db, e.data, fast("first", lockcore.WithHeartbeat(0))...)
 	second, _ := lockcore.NewItemLocker(e.db, e.data, fast("second", lockcore.WithHeartbeat(0))...)
 	l1, err := first.Acquire(ctx, key)
@@ -795,7 +791,6 @@ func TestItemHeldConditionInCallersTransaction(t *testing.T) {
 		got <- l2
 	}()
 	waitQueued(t, e, key, 1)
-	old := l1.HeldCondition()
 	if err := l1.Release(ctx); err != nil { // hands the item over to the waiter's ticket
 		t.Fatal(err)
 	}
@@ -803,17 +798,38 @@ func TestItemHeldConditionInCallersTransaction(t *testing.T) {
 	if l2 == nil {
 		t.FailNow()
 	}
+	return l1, second, l2
+}
+
+// transactUpdate applies upd to key under cond in a TransactWriteItems of one item: a
+// caller's own transaction.
+func transactUpdate(t *testing.T, e *env, ctx context.Context, key map[string]types.AttributeValue, cond expression.ConditionBuilder, upd expression.UpdateBuilder) error {
+	t.Helper()
+	b, err := expression.NewBuilder().WithCondition(cond).WithUpdate(upd).Build()
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = e.db.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: []types.TransactWriteItem{{
+		Update: &types.Update{TableName: aws.String(e.data), Key: key, UpdateExpression: b.Update(),
+			ConditionExpression: b.Condition(), ExpressionAttributeNames: b.Names(), ExpressionAttributeValues: b.Values()},
+	}}})
+	return err
+}
+
+// HeldCondition holds for a lease the queue handed over and that has not written since
+// (its ticket, not its id, is in the holder attributes), and for a claimed lease; it
+// fails for the lease's predecessor and after the lease was released. A caller's own
+// transaction conditioned on it (a decision that unlocks the item) lands for the holder
+// only — a condition built from lockedBy = lease id refused the handed-over holder.
+func TestItemHeldConditionInCallersTransaction(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ctx := ctxT(t, 30*time.Second)
+	key := dataKey("held-condition")
+	l1, _, l2 := handedOver(t, e, ctx, key)
+	old := l1.HeldCondition()
 	write := func(cond expression.ConditionBuilder, v int) error {
-		b, err := expression.NewBuilder().WithCondition(cond).
-			WithUpdate(expression.Set(expression.Name("n"), expression.Value(v))).Build()
-		if err != nil {
-			t.Fatal(err)
-		}
-		_, err = e.db.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: []types.TransactWriteItem{{
-			Update: &types.Update{TableName: aws.String(e.data), Key: key, UpdateExpression: b.Update(),
-				ConditionExpression: b.Condition(), ExpressionAttributeNames: b.Names(), ExpressionAttributeValues: b.Values()},
-		}}})
-		return err
+		return transactUpdate(t, e, ctx, key, cond, expression.Set(expression.Name("n"), expression.Value(v)))
 	}
 	if err := write(old, 1); err == nil {
 		t.Fatal("the released predecessor's condition held")
@@ -855,40 +871,12 @@ func TestItemReleasedByCallersTransactionIsFree(t *testing.T) {
 	e := newEnv(t)
 	ctx := ctxT(t, 30*time.Second)
 	key := dataKey("caller-released")
-	first, _ := lockcore.NewItemLocker(e.db, e.data, fast("first", lockcore.WithHeartbeat(0))...)
-	second, _ := lockcore.NewItemLocker(e.db, e.data, fast("second", lockcore.WithHeartbeat(0))...)
-	l1, err := first.Acquire(ctx, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	got := make(chan *lockcore.ItemLease, 1)
-	go func() {
-		l2, err := second.Acquire(ctx, key, lockcore.WaitUpTo(10*time.Second)) // second now knows the item busy
-		if err != nil {
-			t.Error(err)
-		}
-		got <- l2
-	}()
-	waitQueued(t, e, key, 1)
-	if err := l1.Release(ctx); err != nil {
-		t.Fatal(err)
-	}
-	l2 := <-got
-	if l2 == nil {
-		t.FailNow()
-	}
+	_, second, l2 := handedOver(t, e, ctx, key) // second now knows the item busy
 	a := lockcore.DefaultItemAttributes
-	b, err := expression.NewBuilder().WithCondition(l2.HeldCondition()).WithUpdate(
-		expression.Set(expression.Name("n"), expression.Value(1)).
-			Remove(expression.Name(a.LockedBy)).Remove(expression.Name(a.Owner)).
-			Remove(expression.Name(a.Until)).Remove(expression.Name(a.LockTime))).Build()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := e.db.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: []types.TransactWriteItem{{
-		Update: &types.Update{TableName: aws.String(e.data), Key: key, UpdateExpression: b.Update(),
-			ConditionExpression: b.Condition(), ExpressionAttributeNames: b.Names(), ExpressionAttributeValues: b.Values()},
-	}}}); err != nil {
+	unlock := expression.Set(expression.Name("n"), expression.Value(1)).
+		Remove(expression.Name(a.LockedBy)).Remove(expression.Name(a.Owner)).
+		Remove(expression.Name(a.Until)).Remove(expression.Name(a.LockTime))
+	if err := transactUpdate(t, e, ctx, key, l2.HeldCondition(), unlock); err != nil {
 		t.Fatalf("the holder's own transaction: %v", err)
 	}
 	l3, err := second.Acquire(ctx, key, lockcore.WaitUpTo(2*time.Second))

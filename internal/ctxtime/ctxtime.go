@@ -1,5 +1,6 @@
 // Package ctxtime has the one context-aware sleep the developer tools (bench, chaos,
-// demo) share. (lockcore keeps its own: it depends on the AWS SDK only.)
+// demo) and the sample application's service (shop) share. (lockcore keeps its own: it
+// depends on the AWS SDK only.)
 package ctxtime
 
 import (

@@ -14,6 +14,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
+	"github.com/turnstile-locks/turnstile/internal/ctxtime"
 	"github.com/turnstile-locks/turnstile/lockcore"
 )
 
@@ -520,7 +521,7 @@ func (s *Service) batchGet(ctx context.Context, table string, keys []map[string]
 				if attempt > batchGetAttempts {
 					return nil, fmt.Errorf("keys still unprocessed after %d requests", batchGetAttempts)
 				}
-				if err := sleepCtx(ctx, wait); err != nil {
+				if err := ctxtime.Sleep(ctx, wait); err != nil {
 					return nil, err
 				}
 				wait = min(2*wait, 200*time.Millisecond)
@@ -534,18 +535,6 @@ func (s *Service) batchGet(ctx context.Context, table string, keys []map[string]
 		}
 	}
 	return items, nil
-}
-
-// sleepCtx waits d, or less if ctx ends first (its error).
-func sleepCtx(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
 }
 
 // releaseAll releases the leases of ml concurrently (best effort, as release does): the

@@ -104,12 +104,13 @@ func TestBatchSKULeaseLostWritesNothing(t *testing.T) {
 	wantStatus(t, live, "ord-2", shop.StatusPending)
 }
 
-// An order lock handed over by the fair queue is used for the decision as it is: a batch
-// that waited for the order (its other copy's holder let it go undecided) decides it.
-// The decision's condition names the holder by ticket until its first write
-// (lockcore.ItemLease.HeldCondition); the lease-id condition used before refused it,
-// and the order failed with ErrLeaseLost after every wait (heartbeats are off here so
-// that no renewal claims the lease first).
+// An order lock handed over by the fair queue: a batch that waited for the order (its
+// other copy's holder let it go undecided) decides it, and the order item its decision
+// transaction unlocked (serving left at its ticket, nobody queued) can be locked again by
+// the same client, which found it busy lately — before the served() fix in lockcore that
+// take gave up ("the item keeps changing under the take"). Heartbeats are off so that no
+// renewal touches the item meanwhile. (lockcore's TestItemHeldConditionInCallersTransaction
+// pins the decision's condition for a lease not yet claimed.)
 func TestBatchDecidesHandedOverOrder(t *testing.T) {
 	e := newEnv(t)
 	il, err := lockcore.NewItemLocker(e.db, e.t.Orders, lockcore.WithOwner("other"), lockcore.WithMinLease(time.Second),

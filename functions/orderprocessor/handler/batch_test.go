@@ -219,10 +219,10 @@ func TestRedeliveredBatchDecidedOnce(t *testing.T) {
 }
 
 // A batch that waits for an order lock (another copy of the order held it, and let it go
-// undecided) gets it handed over by the fair queue and decides the order. Before
-// HeldCondition, the decision transaction's condition named the holder by lease id, which
-// a handed-over lease is not (its ticket is, until its first write): the order failed
-// with ErrLeaseLost after every wait, and its message came back.
+// undecided) gets it handed over by the fair queue and decides the order; the batch's
+// other order is decided as usual. The decision is conditioned on the order lease with
+// lockcore.ItemLease.HeldCondition, which also holds for a handed-over lease that has not
+// written since (pinned in lockcore's TestItemHeldConditionInCallersTransaction).
 func TestHandedOverOrderLockIsDecided(t *testing.T) {
 	f := newFixture(t)
 	vis := &visibility{}
