@@ -247,6 +247,8 @@ func (in *Inspector) Table() string { return in.table }
 
 // Row kinds by sort key: "<ns>" (Mutex), "<ns>#ticket" (TicketLock), "<ns>#counter" and
 // "<ns>#t#<ticket>" (Queue), "<ns>#audit#<strategy>#<time>#<id>" (force-release audit).
+// A Queue's "<ns>#resv" row (its places in line) says nothing about who holds or waits
+// and is skipped as rowUnknown.
 type rowKind int
 
 const (
@@ -260,7 +262,7 @@ const (
 
 // auditInfix separates a namespace from the audit row suffix. No strategy writes a sort
 // key of this form (namespaces cannot contain '#', and the strategies' suffixes are
-// "#ticket", "#counter" and "#t#"), so audit rows never collide with lock rows.
+// "#ticket", "#counter", "#resv" and "#t#"), so audit rows never collide with lock rows.
 const auditInfix = "#audit#"
 
 func classifySK(sk string) (rowKind, string) {

@@ -30,7 +30,8 @@ func validatePK(field, v string) error {
 }
 
 // nsSeparator joins a namespace and a strategy's row suffix in the lock table's sort
-// key (Mutex: "<ns>", TicketLock: "<ns>#ticket", Queue: "<ns>#counter", "<ns>#t#<n>").
+// key (Mutex: "<ns>", TicketLock: "<ns>#ticket", Queue: "<ns>#counter", "<ns>#resv",
+// "<ns>#t#<n>").
 // Namespaces must not contain it, so that no namespace of one strategy can name a row of
 // another strategy or of another namespace.
 const nsSeparator = "#"

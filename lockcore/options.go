@@ -114,6 +114,9 @@ type testHooks struct {
 	// afterTicket runs in the FIFO queue after a ticket was issued and before the caller
 	// looks at the queue.
 	afterTicket func(key string, ticket int64)
+	// beforeIssue runs in the FIFO queue before the transaction that tries to issue
+	// ticket is sent.
+	beforeIssue func(key string, ticket int64)
 }
 
 // Option configures a Mutex, ItemLocker, Queue or Versioned store. Options are validated

@@ -148,8 +148,8 @@ func (o *ForceOptions) validate(key string) error {
 // forcedLease, forcedOwner, forcedToken, forcedId; later acquisitions keep them). The
 // second write puts an audit row: partition key = the lock key, sort key
 // "<namespace>#audit#<strategy>#<UTC time>#<id>". No strategy writes such a sort key
-// (namespaces contain no '#'; the strategies' suffixes are "#ticket", "#counter" and
-// "#t#"), and the partition key is the user's own lock key, never one with the reserved
+// (namespaces contain no '#'; the strategies' suffixes are "#ticket", "#counter",
+// "#resv" and "#t#"), and the partition key is the user's own lock key, never one with the reserved
 // "turnstile#" prefix. Audit rows have no TTL and no "state" (the janitor's sweep
 // ignores them); Show returns them as Lock.Audit.
 //

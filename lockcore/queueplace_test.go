@@ -1,0 +1,152 @@
+package lockcore_test
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/turnstile-locks/turnstile/lockcore"
+)
+
+// A Queue waiter's transaction can land after a later place's: the later ticket is
+// issued, the earlier number can never be (the counter passed it), and its waiter takes
+// a new place behind. It must neither enter while the later ticket holds nor get a
+// token below it.
+func TestQueueLaterPlaceLandsFirst(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ctx := ctxT(t, time.Minute)
+	aPlace := make(chan int64, 1)
+	resume := make(chan struct{})
+	var tries atomic.Int32
+	a, _ := lockcore.NewQueue(e.db, e.locks, fast("a", lockcore.WithBeforeIssueHook(func(_ string, n int64) {
+		if tries.Add(1) == 1 {
+			aPlace <- n
+			<-resume // its transaction is delayed past the later one's
+		}
+	}))...)
+	b, _ := lockcore.NewQueue(e.db, e.locks, fast("b")...)
+	type res struct {
+		l   *lockcore.Lease
+		err error
+	}
+	aDone := make(chan res, 1)
+	go func() {
+		l, err := a.Acquire(ctx, "late")
+		aDone <- res{l, err}
+	}()
+	pa := <-aPlace
+	lb, err := b.Acquire(ctx, "late")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if lb.Token() <= lockcore.Fence(pa) {
+		t.Fatalf("b's ticket %d is not after a's place %d", lb.Token(), pa)
+	}
+	close(resume)
+	select {
+	case r := <-aDone:
+		t.Fatalf("a returned (%v, %v) while b holds the lock", r.l, r.err)
+	case <-time.After(500 * time.Millisecond):
+	}
+	if err := lb.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	r := <-aDone
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	defer r.l.Release(ctx)
+	if r.l.Token() <= lb.Token() {
+		t.Fatalf("a entered after b with token %d, not above b's %d", r.l.Token(), lb.Token())
+	}
+	if n := tries.Load(); n < 2 {
+		t.Fatalf("a tried %d numbers; its first one could not be issued after b's", n)
+	}
+}
+
+// A queue whose counter an earlier release moved (one per ticket, no place row) goes on
+// from its counter: the first acquisition of this release gets the next ticket, not a
+// token the queue already gave out.
+func TestQueueGoesOnFromAnOlderCounter(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ctx := ctxT(t, 30*time.Second)
+	if _, err := e.db.PutItem(ctx, &dynamodb.PutItemInput{TableName: aws.String(e.locks), Item: map[string]types.AttributeValue{
+		"pk":   &types.AttributeValueMemberS{Value: "old"},
+		"sk":   &types.AttributeValueMemberS{Value: "queue#counter"},
+		"next": &types.AttributeValueMemberN{Value: "41"},
+	}}); err != nil {
+		t.Fatal(err)
+	}
+	q, _ := lockcore.NewQueue(e.db, e.locks, fast("a")...)
+	for want := lockcore.Fence(42); want <= 43; want++ {
+		l, err := q.Acquire(ctx, "old")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if l.Token() != want {
+			t.Fatalf("token %d, want %d (the counter was at %d)", l.Token(), want, want-1)
+		}
+		if err := l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// A burst of waiters on one Queue: every one gets a distinct ticket, they hold one at a
+// time in ticket order, and the lock's tokens only grow.
+func TestQueueBurstDistinctOrderedTickets(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ctx := ctxT(t, 2*time.Minute)
+	const n = 24
+	var (
+		ov     overlap
+		mu     sync.Mutex
+		tokens []lockcore.Fence
+		wg     sync.WaitGroup
+		start  = make(chan struct{})
+	)
+	for i := range n {
+		q, _ := lockcore.NewQueue(e.db, e.locks, fast("w"+string(rune('a'+i)))...)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			l, err := q.Acquire(ctx, "burst")
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			ov.enter()
+			mu.Lock()
+			tokens = append(tokens, l.Token())
+			mu.Unlock()
+			time.Sleep(5 * time.Millisecond)
+			ov.exit()
+			if err := l.Release(context.WithoutCancel(ctx)); err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	close(start)
+	wg.Wait()
+	if m := ov.max.Load(); m > 1 {
+		t.Fatalf("%d holders at once", m)
+	}
+	if len(tokens) != n {
+		t.Fatalf("%d of %d waiters held the lock", len(tokens), n)
+	}
+	for i := 1; i < len(tokens); i++ {
+		if tokens[i] <= tokens[i-1] {
+			t.Fatalf("tokens in the order of holding: %v: not increasing at %d", tokens, i)
+		}
+	}
+}
