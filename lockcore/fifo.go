@@ -384,6 +384,13 @@ func (q *Queue) waitTurn(ctx context.Context, l *Lease, ac *acquireConfig, ticke
 	headTicket := int64(-1) // the head of the queue as last seen
 	rtt := time.Duration(0)
 	fullAt := start // when every row ahead was last read (short waits never need to)
+	// Only the next in line reads strongly consistently; waiters further back read
+	// eventually consistently (half the RCU) and only time their next read by it. Such a
+	// read shows rows as they really were, so the evictions it may lead to stay safe
+	// (each is conditioned on the row as observed), but it may be old or miss our own
+	// new row: it never decides that our turn came or that our row is gone — a strongly
+	// consistent read, at once, does.
+	consistent := true
 	for {
 		select {
 		case <-l.Done():
@@ -391,13 +398,13 @@ func (q *Queue) waitTurn(ctx context.Context, l *Lease, ac *acquireConfig, ticke
 		default:
 		}
 		send := q.cfg.clock.Now()
-		// The rows from the head of the queue up to ours (a strongly consistent Query
-		// in key order: the zero-padded ticket): scanRows of them, all once a lease.
+		// The rows from the head of the queue up to ours (a Query in key order: the
+		// zero-padded ticket): scanRows of them, all once a lease.
 		limit := int32(scanRows)
 		if send.Sub(fullAt) >= l.duration {
 			limit, fullAt = 0, send
 		}
-		rows, complete, err := q.scan(ctx, l.key, ac.namespace, ticket, limit)
+		rows, complete, err := q.scan(ctx, l.key, ac.namespace, ticket, limit, consistent)
 		if err != nil {
 			if ctx.Err() != nil {
 				return &HeldError{Key: l.key, Waited: q.cfg.clock.Now().Sub(start), Cause: ctx.Err()}
@@ -427,6 +434,10 @@ func (q *Queue) waitTurn(ctx context.Context, l *Lease, ac *acquireConfig, ticke
 			ahead = append(ahead, r)
 		}
 		if err == nil && !mine && (complete || len(ahead) < len(rows)) {
+			if !consistent {
+				consistent = true // an old view: look again, consistently
+				continue
+			}
 			// Every row up to our ticket was read and ours is not there (or not ours).
 			return &LeaseError{Op: "wait", Key: l.key, LeaseID: l.id, Err: ErrLeaseLost}
 		}
@@ -446,6 +457,10 @@ func (q *Queue) waitTurn(ctx context.Context, l *Lease, ac *acquireConfig, ticke
 			}
 		}
 		if err == nil && len(live) == 0 {
+			if mine && !consistent {
+				consistent = true // confirm it, at once
+				continue
+			}
 			if mine {
 				served = true
 				return nil // our turn: our row is the first one
@@ -484,6 +499,7 @@ func (q *Queue) waitTurn(ctx context.Context, l *Lease, ac *acquireConfig, ticke
 		if len(live) > 0 {
 			pos = ticket - live[0].ticket
 		}
+		consistent = pos <= 1
 		d := pc.delay(now, pos, max(rtt, time.Millisecond), turn)
 		if err != nil {
 			d = q.cfg.backoffBase
@@ -558,10 +574,10 @@ func (q *Queue) evict(ctx context.Context, key string, r queueRow) bool {
 	return rerr == nil && cur == nil
 }
 
-// scan reads the queue in ticket order, from its head up to ticket, with strongly
-// consistent Queries: at most limit rows (0: all, paginated). complete says whether
-// every row up to ticket was read.
-func (q *Queue) scan(ctx context.Context, key, ns string, ticket int64, limit int32) (rows []queueRow, complete bool, err error) {
+// scan reads the queue in ticket order, from its head up to ticket, with strongly or
+// eventually consistent Queries: at most limit rows (0: all, paginated). complete says
+// whether every row up to ticket was read.
+func (q *Queue) scan(ctx context.Context, key, ns string, ticket int64, limit int32, consistent bool) (rows []queueRow, complete bool, err error) {
 	kc := expression.Key(attrPK).Equal(expression.Value(key)).
 		And(expression.Key(attrSK).Between(expression.Value(ticketSK(ns, 0)), expression.Value(ticketSK(ns, ticket))))
 	e, err := expression.NewBuilder().WithKeyCondition(kc).Build()
@@ -575,7 +591,7 @@ func (q *Queue) scan(ctx context.Context, key, ns string, ticket int64, limit in
 			KeyConditionExpression:    e.KeyCondition(),
 			ExpressionAttributeNames:  e.Names(),
 			ExpressionAttributeValues: e.Values(),
-			ConsistentRead:            aws.Bool(true),
+			ConsistentRead:            aws.Bool(consistent),
 			ExclusiveStartKey:         startKey,
 		}
 		if limit > 0 {

@@ -150,3 +150,92 @@ func TestQueueBurstDistinctOrderedTickets(t *testing.T) {
 		}
 	}
 }
+
+// staleQueries serves the Queue's eventually consistent Queries a view that a stale
+// replica or a careless reader could give: none of the rows (a view from before the
+// waiter's row existed), or only the last row read (the waiter's own, with the rows
+// ahead of it missing).
+type staleQueries struct {
+	lockcore.DynamoDB
+	onlyLast bool
+	served   atomic.Int32 // eventually consistent Queries answered with such a view
+}
+
+func (f *staleQueries) Query(ctx context.Context, in *dynamodb.QueryInput, o ...func(*dynamodb.Options)) (*dynamodb.QueryOutput, error) {
+	out, err := f.DynamoDB.Query(ctx, in, o...)
+	if err != nil || aws.ToBool(in.ConsistentRead) || len(out.LastEvaluatedKey) != 0 {
+		return out, err
+	}
+	f.served.Add(1)
+	stale := *out
+	stale.Items = nil
+	if f.onlyLast && len(out.Items) > 0 {
+		stale.Items = out.Items[len(out.Items)-1:]
+	}
+	return &stale, nil
+}
+
+// A Queue waiter far back reads eventually consistently; such a view may miss its own
+// row or the rows ahead of it. Neither may end its wait: it looks again, consistently.
+func TestQueueEventuallyConsistentViewDecidesNothing(t *testing.T) {
+	for _, onlyLast := range []bool{false, true} {
+		name := "without its own row"
+		if onlyLast {
+			name = "without the rows ahead"
+		}
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t)
+			ctx := ctxT(t, time.Minute)
+			h, _ := lockcore.NewQueue(e.db, e.locks, fast("h")...)
+			h2, _ := lockcore.NewQueue(e.db, e.locks, fast("h2")...)
+			f := &staleQueries{DynamoDB: e.db, onlyLast: onlyLast}
+			w, _ := lockcore.NewQueue(f, e.locks, fast("w")...)
+			lh, err := h.Acquire(ctx, "ec")
+			if err != nil {
+				t.Fatal(err)
+			}
+			var ov overlap
+			ov.enter()
+			h2Done := make(chan error, 1)
+			go func() {
+				l, err := h2.Acquire(ctx, "ec")
+				if err == nil {
+					ov.enter()
+					time.Sleep(50 * time.Millisecond)
+					ov.exit()
+					err = l.Release(ctx)
+				}
+				h2Done <- err
+			}()
+			time.Sleep(200 * time.Millisecond) // h2 is next in line, w behind it
+			wDone := make(chan error, 1)
+			go func() {
+				l, err := w.Acquire(ctx, "ec")
+				if err == nil {
+					ov.enter()
+					ov.exit()
+					err = l.Release(ctx)
+				}
+				wDone <- err
+			}()
+			time.Sleep(time.Second) // w polls, far back
+			ov.exit()
+			if err := lh.Release(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if err := <-h2Done; err != nil {
+				t.Fatal(err)
+			}
+			if err := <-wDone; err != nil {
+				t.Fatalf("w's wait ended with %v", err)
+			}
+			if m := ov.max.Load(); m > 1 {
+				t.Fatalf("%d holders at once", m)
+			}
+			if f.served.Load() == 0 {
+				t.Fatal("setup: w never read eventually consistently")
+			}
+		})
+	}
+}
