@@ -2,12 +2,16 @@ package lockcore_test
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/expression"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
@@ -237,5 +241,147 @@ func TestQueueEventuallyConsistentViewDecidesNothing(t *testing.T) {
 				t.Fatal("setup: w never read eventually consistently")
 			}
 		})
+	}
+}
+
+// oldQueueClient issues and holds Queue tickets as the release before places did: it
+// reads the counter, tries "counter + 1" in a transaction conditioned on the counter
+// being equal to the value read, waits until its row is the first one, and releases by
+// deleting its row.
+type oldQueueClient struct {
+	db    lockcore.DynamoDB
+	table string
+	owner string
+}
+
+func (c oldQueueClient) acquire(ctx context.Context, key string, n int) (ticket int64, sk string, err error) {
+	s := func(v string) types.AttributeValue { return &types.AttributeValueMemberS{Value: v} }
+	num := func(v int64) types.AttributeValue { return &types.AttributeValueMemberN{Value: fmt.Sprint(v)} }
+	counterKey := map[string]types.AttributeValue{"pk": s(key), "sk": s("queue#counter")}
+	leaseID := fmt.Sprintf("%s#%d", c.owner, n)
+	for {
+		got, err := c.db.GetItem(ctx, &dynamodb.GetItemInput{TableName: aws.String(c.table), Key: counterKey, ConsistentRead: aws.Bool(true)})
+		if err != nil {
+			return 0, "", err
+		}
+		var cur int64
+		if v, ok := got.Item["next"].(*types.AttributeValueMemberN); ok {
+			cur, _ = strconv.ParseInt(v.Value, 10, 64)
+		}
+		cond := expression.Equal(expression.Name("next"), expression.Value(cur))
+		if cur == 0 {
+			cond = expression.AttributeNotExists(expression.Name("next"))
+		}
+		ce, _ := expression.NewBuilder().WithCondition(cond).WithUpdate(expression.Set(expression.Name("next"), expression.Value(cur+1))).Build()
+		ticket, sk = cur+1, fmt.Sprintf("queue#t#%020d", cur+1)
+		now := time.Now()
+		_, err = c.db.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: []types.TransactWriteItem{
+			{Update: &types.Update{TableName: aws.String(c.table), Key: counterKey, ConditionExpression: ce.Condition(),
+				UpdateExpression: ce.Update(), ExpressionAttributeNames: ce.Names(), ExpressionAttributeValues: ce.Values()}},
+			{Put: &types.Put{TableName: aws.String(c.table), Item: map[string]types.AttributeValue{
+				"pk": s(key), "sk": s(sk), "ticket": num(ticket), "leaseId": s(leaseID), "owner": s(c.owner),
+				"rev": num(1), "hb": num(now.UnixMilli()), "until": num(now.Add(time.Minute).UnixMilli()),
+				"leaseMs": num(time.Minute.Milliseconds()), "state": s("held"), "expiresAt": num(now.Add(2 * time.Minute).Unix()),
+			}, ConditionExpression: aws.String("attribute_not_exists(pk)")}},
+		}})
+		if err == nil {
+			break
+		}
+		var tce *types.TransactionCanceledException
+		if !errors.As(err, &tce) {
+			return 0, "", err
+		}
+		time.Sleep(time.Millisecond)
+	}
+	kc := expression.Key("pk").Equal(expression.Value(key)).
+		And(expression.Key("sk").Between(expression.Value("queue#t#"), expression.Value(sk)))
+	ke, _ := expression.NewBuilder().WithKeyCondition(kc).Build()
+	for {
+		out, err := c.db.Query(ctx, &dynamodb.QueryInput{TableName: aws.String(c.table), KeyConditionExpression: ke.KeyCondition(),
+			ExpressionAttributeNames: ke.Names(), ExpressionAttributeValues: ke.Values(), ConsistentRead: aws.Bool(true), Limit: aws.Int32(1)})
+		if err != nil {
+			return 0, "", err
+		}
+		if len(out.Items) > 0 && out.Items[0]["sk"].(*types.AttributeValueMemberS).Value == sk {
+			return ticket, sk, nil
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func (c oldQueueClient) release(ctx context.Context, key, sk string) error {
+	_, err := c.db.DeleteItem(ctx, &dynamodb.DeleteItemInput{TableName: aws.String(c.table), Key: map[string]types.AttributeValue{
+		"pk": &types.AttributeValueMemberS{Value: key}, "sk": &types.AttributeValueMemberS{Value: sk}}})
+	return err
+}
+
+// During a rolling deploy clients of the release before places and of this one share a
+// queue: both issue a ticket only in a transaction that moves the counter up to it from
+// below, so they still hold one at a time, in ticket order.
+func TestQueueMixedReleasesOneHolder(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ctx := ctxT(t, 2*time.Minute)
+	const perClient, clients = 8, 3
+	var (
+		ov      overlap
+		mu      sync.Mutex
+		tickets []int64
+		wg      sync.WaitGroup
+	)
+	held := func(tk int64) {
+		ov.enter()
+		mu.Lock()
+		tickets = append(tickets, tk)
+		mu.Unlock()
+		time.Sleep(3 * time.Millisecond)
+		ov.exit()
+	}
+	for i := range clients {
+		old := oldQueueClient{db: e.db, table: e.locks, owner: fmt.Sprintf("old%d", i)}
+		q, _ := lockcore.NewQueue(e.db, e.locks, fast(fmt.Sprintf("new%d", i))...)
+		wg.Add(2)
+		go func() {
+			defer wg.Done()
+			for n := range perClient {
+				tk, sk, err := old.acquire(ctx, "mixed", n)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				held(tk)
+				if err := old.release(ctx, "mixed", sk); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		}()
+		go func() {
+			defer wg.Done()
+			for range perClient {
+				l, err := q.Acquire(ctx, "mixed")
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				held(int64(l.Token()))
+				if err := l.Release(ctx); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if m := ov.max.Load(); m > 1 {
+		t.Fatalf("%d holders at once", m)
+	}
+	if len(tickets) != 2*clients*perClient {
+		t.Fatalf("%d sections, want %d", len(tickets), 2*clients*perClient)
+	}
+	for i := 1; i < len(tickets); i++ {
+		if tickets[i] <= tickets[i-1] {
+			t.Fatalf("tickets in the order of holding %v: not increasing at %d", tickets, i)
+		}
 	}
 }
