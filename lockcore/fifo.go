@@ -151,31 +151,37 @@ func (q *Queue) enqueue(ctx context.Context, key, ns, leaseID string, lease time
 		floor          int64 // the counter as last seen: no number up to it can be issued any more
 		firstUncertain time.Time
 	)
-	// pending: a ticket whose transaction failed ambiguously and could not be settled by
-	// a re-read. It may have landed (then its row is ours and must be used, not left
-	// behind as an orphan every later ticket would wait a lease for) or may still land
-	// while the counter stays below it.
-	var pending struct{ ticket, ttl int64 }
+	// uncertain: the transaction for ticket (with TTL uncertainTTL) failed ambiguously
+	// and could not be settled by a re-read. It may have landed (then its row is ours and
+	// must be used, not left behind as an orphan every later ticket would wait a lease
+	// for) or may still land while the counter stays below it; until it is settled,
+	// ticket is tried again, with the same TTL.
+	var (
+		uncertain    bool
+		uncertainTTL int64
+	)
 	fail := func(err error) (int64, time.Time, int64, error) { return 0, time.Time{}, 0, err }
 	backOff := func(last error) error { // nil: try again; else the wait ended
 		if serr := sleep(ctx, bo.next()); serr != nil {
-			q.dropPending(ctx, key, ns, pending.ticket, leaseID)
+			if uncertain {
+				q.dropUncertain(ctx, key, ns, ticket, leaseID)
+			}
 			return fmt.Errorf("lockcore: queue %q: %w (last error: %v)", key, serr, last)
 		}
 		return nil
 	}
-	// settle decides a pending ticket once the counter is known to be at c: landed
+	// settle decides an uncertain ticket once the counter is known to be at c: landed
 	// reports that it was issued to us.
 	settle := func(c int64) (landed bool, err error) {
-		if pending.ticket == 0 || c < pending.ticket {
-			return false, nil // nothing pending, or it can still land: it is tried again
+		if !uncertain || c < ticket {
+			return false, nil // nothing uncertain, or it can still land: it is tried again
 		}
-		mine, err := q.ownsTicket(ctx, key, ns, pending.ticket, leaseID)
+		mine, err := q.ownsTicket(ctx, key, ns, ticket, leaseID)
 		if err != nil {
 			return false, err
 		}
 		if !mine {
-			pending.ticket = 0 // the counter passed it: it can never land now
+			uncertain = false // the counter passed it: it can never land now
 		}
 		return mine, nil
 	}
@@ -195,8 +201,8 @@ func (q *Queue) enqueue(ctx context.Context, key, ns, leaseID string, lease time
 		}
 		now := q.cfg.clock.Now()
 		ttl := q.cfg.ttlAt(now, lease+q.cfg.ttlGrace)
-		if pending.ticket == ticket {
-			ttl = pending.ttl // the same request again: a duplicate of it must fail
+		if uncertain {
+			ttl = uncertainTTL // the same request again: a duplicate of it must fail
 		}
 		if h := q.cfg.hooks.beforeIssue; h != nil {
 			h(key, ticket)
@@ -244,12 +250,12 @@ func (q *Queue) enqueue(ctx context.Context, key, ns, leaseID string, lease time
 				continue
 			}
 			if landed {
-				return pending.ticket, firstUncertain, pending.ttl, nil
+				return ticket, firstUncertain, uncertainTTL, nil
 			}
 			// Our number is gone: take a new place, at once (a place is a position
 			// in line, and waiting would only let later arrivals pass).
 			floor = max(floor, c)
-			if pending.ticket != ticket {
+			if !uncertain {
 				ticket = 0
 			} else if berr := backOff(err); berr != nil {
 				return fail(berr) // ours may still land: try it again, after a pause
@@ -265,7 +271,7 @@ func (q *Queue) enqueue(ctx context.Context, key, ns, leaseID string, lease time
 			if rerr == nil && mine {
 				return ticket, firstUncertain, ttl, nil // it landed
 			}
-			pending.ticket, pending.ttl = ticket, ttl // tried again with the same number
+			uncertain, uncertainTTL = true, ttl // tried again with the same number
 		}
 		// Throttled, a conflicting transaction or an unknown outcome: back off, try the
 		// same number again.
@@ -347,12 +353,9 @@ func (q *Queue) ownsTicket(ctx context.Context, key, ns string, ticket int64, le
 	return err == nil && attrS(r, attrLeaseID) == leaseID, err
 }
 
-// dropPending deletes, best effort, the row of a ticket whose transaction may have
+// dropUncertain deletes, best effort, the row of a ticket whose transaction may have
 // landed after this waiter gave up, so that no orphan row makes later waiters wait.
-func (q *Queue) dropPending(ctx context.Context, key, ns string, ticket int64, leaseID string) {
-	if ticket == 0 {
-		return
-	}
+func (q *Queue) dropUncertain(ctx context.Context, key, ns string, ticket int64, leaseID string) {
 	ctx, cancel := detached(ctx)
 	defer cancel()
 	l := &Lease{key: key, namespace: ticketSK(ns, ticket), id: leaseID, owner: q.cfg.owner, clock: q.cfg.clock}

@@ -323,7 +323,7 @@ func (s *Service) decideGroup(ctx context.Context, group []*batchJob, lease time
 		group = rest
 	}
 	// Released when the group is done — not by a crash: a dead holder releases nothing.
-	releaseSKUs := func() { s.releaseAll(ctx, "stock of "+what, ml) }
+	releaseSKUs := func() { s.release(ctx, "stock of "+what, ml) } // concurrently, key by key
 
 	// The stock, once per SKU (in one request); the running figure follows the decisions
 	// written.
@@ -535,18 +535,4 @@ func (s *Service) batchGet(ctx context.Context, table string, keys []map[string]
 		}
 	}
 	return items, nil
-}
-
-// releaseAll releases the leases of ml concurrently (best effort, as release does): the
-// next batch waiting for any of them gets it a few round trips sooner.
-func (s *Service) releaseAll(ctx context.Context, what string, ml *lockcore.MultiLease) {
-	var wg sync.WaitGroup
-	for _, l := range ml.Leases() {
-		wg.Add(1)
-		go func(l *lockcore.Lease) {
-			defer wg.Done()
-			s.release(ctx, what+": "+l.Key(), l)
-		}(l)
-	}
-	wg.Wait()
 }
