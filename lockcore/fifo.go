@@ -181,7 +181,9 @@ func (q *Queue) enqueue(ctx context.Context, key, ns, leaseID string, lease time
 			return false, err
 		}
 		if !mine {
-			uncertain = false // the counter passed it: it can never land now
+			// The counter passed it: it can never land now, so no row of ours is older
+			// than the next number's own first send.
+			uncertain, firstUncertain = false, time.Time{}
 		}
 		return mine, nil
 	}

@@ -331,3 +331,87 @@ func TestQueueMixedReleasesOneHolder(t *testing.T) {
 		t.Fatalf("tickets in the order of holding did not rise %d times", tokens.regress)
 	}
 }
+
+// droppedFirstIssue fails a Queue's first ticket transaction as a connection reset that
+// never reached the engine, and can make the next place's ADD slow.
+type droppedFirstIssue struct {
+	lockcore.DynamoDB
+	dropped atomic.Bool
+	slowAdd atomic.Bool
+	delay   time.Duration
+}
+
+func (f *droppedFirstIssue) UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput, o ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error) {
+	if in.ReturnValues == types.ReturnValueUpdatedNew && f.slowAdd.CompareAndSwap(true, false) {
+		time.Sleep(f.delay)
+	}
+	return f.DynamoDB.UpdateItem(ctx, in, o...)
+}
+
+func (f *droppedFirstIssue) TransactWriteItems(ctx context.Context, in *dynamodb.TransactWriteItemsInput, o ...func(*dynamodb.Options)) (*dynamodb.TransactWriteItemsOutput, error) {
+	if f.dropped.CompareAndSwap(false, true) {
+		return nil, errReset
+	}
+	return f.DynamoDB.TransactWriteItems(ctx, in, o...)
+}
+
+// An ambiguous ticket transaction that is settled as never landing (a later ticket
+// passed its number) leaves the waiter's next ticket its own validity: a lease counted
+// from the settled attempt's send time came back already lost when taking the next place
+// was slow (found by an outside review: the Acquire withdrew its valid ticket and failed
+// with ErrLeaseLost).
+func TestQueueSettledUncertaintyDoesNotAgeNextTicket(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ctx := ctxT(t, 30*time.Second)
+	const lease = time.Second
+	opts := func(owner string, extra ...lockcore.Option) []lockcore.Option {
+		return fast(owner, append([]lockcore.Option{lockcore.WithMinLease(lease), lockcore.WithLease(lease)}, extra...)...)
+	}
+	retrying := make(chan int64, 1)
+	passed := make(chan struct{})
+	var calls atomic.Int32
+	fdb := &droppedFirstIssue{DynamoDB: e.db, delay: 3 * lease / 2}
+	a, _ := lockcore.NewQueue(fdb, e.locks, opts("a", lockcore.WithBeforeIssueHook(func(_ string, n int64) {
+		if calls.Add(1) == 2 { // the uncertain number, tried again
+			retrying <- n
+			<-passed
+			fdb.slowAdd.Store(true) // the next place's ADD
+		}
+	}))...)
+	b, _ := lockcore.NewQueue(e.db, e.locks, opts("b")...)
+	type res struct {
+		l   *lockcore.Lease
+		err error
+	}
+	done := make(chan res, 1)
+	go func() {
+		l, err := a.Acquire(ctx, "aged", lockcore.WaitUpTo(20*time.Second))
+		done <- res{l, err}
+	}()
+	tk := <-retrying
+	lb, err := b.Acquire(ctx, "aged")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if lb.Token() <= lockcore.Fence(tk) {
+		t.Fatalf("setup: b's ticket %d does not pass a's uncertain number %d", lb.Token(), tk)
+	}
+	close(passed)
+	time.Sleep(3*lease/2 + 500*time.Millisecond)
+	if err := lb.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	r := <-done
+	if r.err != nil {
+		t.Fatalf("a's Acquire failed after its uncertain number was settled and a new ticket issued: %v (lost: %v)",
+			r.err, errors.Is(r.err, lockcore.ErrLeaseLost))
+	}
+	defer func() { _ = r.l.Release(ctx) }()
+	if rem := r.l.Remaining(); rem < lease/2 {
+		t.Fatalf("a's fresh lease has %s of validity left, want about %s", rem, lease)
+	}
+	if calls.Load() < 3 {
+		t.Fatalf("setup: a issued %d numbers", calls.Load())
+	}
+}
