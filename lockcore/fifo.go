@@ -396,6 +396,13 @@ func (q *Queue) waitTurn(ctx context.Context, l *Lease, ac *acquireConfig, ticke
 	// new row: it never decides that our turn came or that our row is gone — a strongly
 	// consistent read, at once, does.
 	consistent := true
+	// Rows this wait deleted (dead holders or waiters). A ticket's row does not come
+	// back once deleted (its number lies below the counter), so an eventually consistent
+	// view that still shows one is old: the row is passed over, not deleted again (a
+	// Delete and a read each time, at every poll, while the view stays old). A
+	// consistent view is taken as it is.
+	deleted := map[string]bool{}
+	errBo := backoff{base: q.cfg.backoffBase, cap: q.cfg.backoffCap} // failed reads in a row
 	for {
 		select {
 		case <-l.Done():
@@ -426,19 +433,21 @@ func (q *Queue) waitTurn(ctx context.Context, l *Lease, ac *acquireConfig, ticke
 				rtt = (3*rtt + max(now.Sub(send), time.Millisecond)) / 4
 			}
 		}
-		mine := false
+		mine, reached, old := false, false, false
 		var ahead []queueRow
 		for _, r := range rows {
-			if r.ticket == ticket {
-				mine = r.holder.LeaseID == l.id
+			if r.ticket >= ticket {
+				reached = true
+				mine = r.ticket == ticket && r.holder.LeaseID == l.id
 				break
 			}
-			if r.ticket > ticket {
-				break
+			if !consistent && deleted[r.sk] {
+				old = true // an old view: the row is gone
+				continue
 			}
 			ahead = append(ahead, r)
 		}
-		if err == nil && !mine && (complete || len(ahead) < len(rows)) {
+		if err == nil && !mine && (complete || reached) {
 			if !consistent {
 				consistent = true // an old view: look again, consistently
 				continue
@@ -454,6 +463,7 @@ func (q *Queue) waitTurn(ctx context.Context, l *Lease, ac *acquireConfig, ticke
 			if dead && q.evict(ctx, l.key, r) {
 				st.takeover = true
 				evicted = true
+				deleted[r.sk] = true
 				continue
 			}
 			live = append(live, r)
@@ -470,8 +480,12 @@ func (q *Queue) waitTurn(ctx context.Context, l *Lease, ac *acquireConfig, ticke
 				served = true
 				return nil // our turn: our row is the first one
 			}
-			if evicted {
-				continue // the rows read were dead and are gone: read on from there, at once
+			if evicted || old {
+				// The rows read were dead and are gone: read on from there, at once —
+				// consistently, since an old view (of the first rows only, ours not
+				// among them) would show them again, as long as it stays old.
+				consistent = true
+				continue
 			}
 			// Only rows without a holder ahead (none are written so): back off, read again.
 			if serr := sleep(ctx, q.cfg.backoffBase); serr != nil {
@@ -507,7 +521,11 @@ func (q *Queue) waitTurn(ctx context.Context, l *Lease, ac *acquireConfig, ticke
 		consistent = pos <= 1
 		d := pc.delay(now, pos, max(rtt, time.Millisecond), turn)
 		if err != nil {
-			d = q.cfg.backoffBase
+			// Throttled, say: back off as every other retry does, rather than ask again
+			// every backoffBase for as long as the table refuses.
+			d = errBo.next()
+		} else {
+			errBo.n = 0
 		}
 		if wake >= 0 && wake < d {
 			d = wake + time.Millisecond

@@ -415,3 +415,131 @@ func TestQueueSettledUncertaintyDoesNotAgeNextTicket(t *testing.T) {
 		t.Fatalf("setup: a issued %d numbers", calls.Load())
 	}
 }
+
+// frozenQueries answers every eventually consistent Query with the first answer it got
+// (a replica that stopped catching up) and counts deletes.
+type frozenQueries struct {
+	lockcore.DynamoDB
+	mu      sync.Mutex
+	frozen  *dynamodb.QueryOutput
+	deletes atomic.Int32
+}
+
+func (f *frozenQueries) Query(ctx context.Context, in *dynamodb.QueryInput, o ...func(*dynamodb.Options)) (*dynamodb.QueryOutput, error) {
+	if aws.ToBool(in.ConsistentRead) {
+		return f.DynamoDB.Query(ctx, in, o...)
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.frozen == nil {
+		out, err := f.DynamoDB.Query(ctx, in, o...)
+		if err != nil {
+			return nil, err
+		}
+		f.frozen = out
+	}
+	c := *f.frozen
+	return &c, nil
+}
+
+func (f *frozenQueries) DeleteItem(ctx context.Context, in *dynamodb.DeleteItemInput, o ...func(*dynamodb.Options)) (*dynamodb.DeleteItemOutput, error) {
+	f.deletes.Add(1)
+	return f.DynamoDB.DeleteItem(ctx, in, o...)
+}
+
+// A waiter far back reads only the first rows of the queue, eventually consistently. An
+// old view shows rows it has deleted already (dead holders and waiters): it must not
+// delete (and read) them again at every poll — without a pause when they were all the
+// rows read — for as long as the view stays old (found by an outside review).
+func TestQueueEvictionIsConfirmedConsistently(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ctx := ctxT(t, 30*time.Second)
+	const lease = time.Second
+	opts := func(owner string) []lockcore.Option {
+		return fast(owner, lockcore.WithMinLease(lease), lockcore.WithLease(lease),
+			lockcore.WithTakeover(lockcore.WallClockTakeover(50*time.Millisecond)))
+	}
+	// A holder and four waiters, all of which die: five dead rows, more than one poll reads.
+	var cuts []*cutOff
+	for i := range 5 {
+		c := &cutOff{DynamoDB: e.db}
+		cuts = append(cuts, c)
+		q, _ := lockcore.NewQueue(c, e.locks, opts(fmt.Sprintf("dead-%d", i))...)
+		go func() { _, _ = q.Acquire(ctx, "evict", lockcore.WaitUpTo(20*time.Second)) }()
+		time.Sleep(100 * time.Millisecond) // in this order
+	}
+	for _, c := range cuts {
+		c.cut.Store(true)
+	}
+	f := &frozenQueries{DynamoDB: e.db}
+	w, _ := lockcore.NewQueue(f, e.locks, opts("w")...)
+	wctx, cancel := context.WithTimeout(ctx, 6*time.Second)
+	defer cancel()
+	l, err := w.Acquire(wctx, "evict")
+	if err != nil {
+		t.Fatalf("w did not get the lock after the dead rows were deleted: %v (%d deletes)", err, f.deletes.Load())
+	}
+	if n := f.deletes.Load(); n > 7 { // 5 dead rows, w's own release, one to spare
+		t.Errorf("w sent %d deletes for 5 dead rows", n)
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// throttledQueries refuses every Query while on, as a throttled table does.
+type throttledQueries struct {
+	lockcore.DynamoDB
+	on      atomic.Bool
+	refused atomic.Int32
+}
+
+func (f *throttledQueries) Query(ctx context.Context, in *dynamodb.QueryInput, o ...func(*dynamodb.Options)) (*dynamodb.QueryOutput, error) {
+	if f.on.Load() {
+		f.refused.Add(1)
+		return nil, &types.ProvisionedThroughputExceededException{Message: aws.String("throttled (test)")}
+	}
+	return f.DynamoDB.Query(ctx, in, o...)
+}
+
+// A Queue waiter whose reads are throttled backs off exponentially (up to the client's
+// cap) instead of asking again every backoffBase: a throttled table is not helped by
+// being asked hundreds of times a second by every waiter.
+func TestQueueWaiterBacksOffWhenThrottled(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ctx := ctxT(t, 30*time.Second)
+	h, _ := lockcore.NewQueue(e.db, e.locks, fast("h")...)
+	lh, err := h.Acquire(ctx, "throttled")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &throttledQueries{DynamoDB: e.db}
+	w, _ := lockcore.NewQueue(f, e.locks, fast("w")...) // backoff 2 ms .. 50 ms
+	done := make(chan error, 1)
+	go func() {
+		l, err := w.Acquire(ctx, "throttled")
+		if err == nil {
+			err = l.Release(ctx)
+		}
+		done <- err
+	}()
+	time.Sleep(200 * time.Millisecond) // w is queued
+	f.on.Store(true)
+	time.Sleep(time.Second)
+	f.on.Store(false)
+	// Capped at 50 ms with full jitter: about 40 in a second; every 2 ms: about 500.
+	if n := f.refused.Load(); n > 120 {
+		t.Errorf("%d reads in a second of throttling", n)
+	}
+	if err := lh.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
