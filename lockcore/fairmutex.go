@@ -577,10 +577,14 @@ func (m *Mutex) wait(ctx context.Context, h *mutexHold, row mutexRow, sent time.
 	row.seeServed(&obs, m.cfg.clock.Now())
 	bo := backoff{base: m.cfg.backoffBase, cap: m.cfg.backoffCap}
 	rowConsistent := true // row came from a strongly consistent read (or the take)
-	for row.serving != h.ticket {
+	// In only by our ticket served in the life it was issued in: an eventually
+	// consistent read may return the row of an earlier life (before TTL removed it) with
+	// our number served, and its fence epoch would make our token lower than the last
+	// holder's.
+	for row.serving != h.ticket || row.life != h.life || row.format != fmtFair {
 		now := m.cfg.clock.Now()
 		gone := !row.exists || row.format != fmtFair || row.life != h.life
-		if row.serving > h.ticket || (gone && rowConsistent) {
+		if (row.serving > h.ticket && !gone) || (gone && rowConsistent) {
 			return nil, errTicketSkipped
 		}
 		ok, stalled := m.skippable(row, obs, now)

@@ -543,3 +543,143 @@ func TestMutexPublishesHoldTime(t *testing.T) {
 		t.Fatalf("holdMs after a short hold = %d, want the moving average 0.7×%d + 0.3×(short)", second, first)
 	}
 }
+
+// staleOnce answers the first eventually consistent GetItem with a given old item (a
+// replica behind), once the test lets it.
+type staleOnce struct {
+	lockcore.DynamoDB
+	mu      sync.Mutex
+	stale   map[string]types.AttributeValue
+	reached chan struct{}
+	proceed chan struct{}
+}
+
+func (f *staleOnce) GetItem(ctx context.Context, in *dynamodb.GetItemInput, o ...func(*dynamodb.Options)) (*dynamodb.GetItemOutput, error) {
+	f.mu.Lock()
+	it := f.stale
+	if !aws.ToBool(in.ConsistentRead) && it != nil {
+		f.stale = nil
+	} else {
+		it = nil
+	}
+	f.mu.Unlock()
+	if it != nil {
+		close(f.reached)
+		<-f.proceed
+		return &dynamodb.GetItemOutput{Item: it}, nil
+	}
+	return f.DynamoDB.GetItem(ctx, in, o...)
+}
+
+// ticketLocker is what the Mutex and the TicketLock have in common.
+type ticketLocker interface {
+	Acquire(ctx context.Context, key string, opts ...lockcore.AcquireOption) (*lockcore.Lease, error)
+}
+
+// A waiter far back reads eventually consistently. Such a read may return the row of an
+// earlier life (before TTL removed it) in which the waiter's number was served: that
+// must not let it in — its token then came from the old life's fence epoch, below the
+// last holder's (found by an outside review: c's token (epoch 1, 3) after b's (2, 2)).
+func TestStaleReadOfAnEarlierLife(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		sk   string
+		mk   func(db lockcore.DynamoDB, table string, opts ...lockcore.Option) (ticketLocker, error)
+	}{
+		{"mutex", "lock", func(db lockcore.DynamoDB, table string, opts ...lockcore.Option) (ticketLocker, error) {
+			return lockcore.NewMutex(db, table, opts...)
+		}},
+		{"ticket", "lock#ticket", func(db lockcore.DynamoDB, table string, opts ...lockcore.Option) (ticketLocker, error) {
+			return lockcore.NewTicketLock(db, table, opts...)
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			staleReadOfAnEarlierLife(t, tc.sk, tc.mk)
+		})
+	}
+}
+
+func staleReadOfAnEarlierLife(t *testing.T, sk string, mk func(lockcore.DynamoDB, string, ...lockcore.Option) (ticketLocker, error)) {
+	e := newEnv(t)
+	ctx := ctxT(t, time.Minute)
+	key := map[string]types.AttributeValue{"pk": &types.AttributeValueMemberS{Value: "life"}, "sk": &types.AttributeValueMemberS{Value: sk}}
+	client := func(db lockcore.DynamoDB, owner string, extra ...lockcore.Option) ticketLocker {
+		c, err := mk(db, e.locks, fast(owner, extra...)...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	x := client(e.db, "x")
+	for range 2 {
+		l, err := x.Acquire(ctx, "life")
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = l.Release(ctx)
+	}
+	xctx, crash := context.WithCancel(ctx)
+	if _, err := x.Acquire(xctx, "life"); err != nil { // ticket 3 of life 1
+		t.Fatal(err)
+	}
+	crash()
+	// Life 1 as TTL finds it (expired), then gone.
+	past := strconv.FormatInt(time.Now().Add(-time.Minute).Unix(), 10)
+	if _, err := e.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{TableName: aws.String(e.locks), Key: key,
+		UpdateExpression:          aws.String("SET expiresAt = :p"),
+		ConditionExpression:       aws.String("attribute_exists(pk)"),
+		ExpressionAttributeValues: map[string]types.AttributeValue{":p": &types.AttributeValueMemberN{Value: past}}}); err != nil {
+		t.Fatal(err)
+	}
+	out, err := e.db.GetItem(ctx, &dynamodb.GetItemInput{TableName: aws.String(e.locks), Key: key, ConsistentRead: aws.Bool(true)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	life1 := out.Item
+	if _, err := e.db.DeleteItem(ctx, &dynamodb.DeleteItemInput{TableName: aws.String(e.locks), Key: key}); err != nil {
+		t.Fatal(err)
+	}
+	// Life 2: a holds ticket 1, b waits with 2, c with 3 (far back: it reads eventually
+	// consistently, and gets life 1's row).
+	a := client(e.db, "a")
+	la, err := a.Acquire(ctx, "life")
+	if err != nil {
+		t.Fatal(err)
+	}
+	bTicket := make(chan struct{})
+	b := client(e.db, "b", lockcore.WithAfterTicketHook(func(string, int64) { close(bTicket) }))
+	type res struct {
+		l   *lockcore.Lease
+		err error
+	}
+	bres := make(chan res, 1)
+	go func() { l, err := b.Acquire(ctx, "life"); bres <- res{l, err} }()
+	<-bTicket
+	f := &staleOnce{DynamoDB: e.db, stale: life1, reached: make(chan struct{}), proceed: make(chan struct{})}
+	c := client(f, "c")
+	cres := make(chan res, 1)
+	go func() { l, err := c.Acquire(ctx, "life"); cres <- res{l, err} }()
+	<-f.reached
+	if err := la.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	rb := <-bres
+	if rb.err != nil {
+		t.Fatal(rb.err)
+	}
+	tb := rb.l.Token()
+	if err := rb.l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	close(f.proceed)
+	rc := <-cres
+	if rc.err != nil {
+		t.Fatal(rc.err)
+	}
+	defer func() { _ = rc.l.Release(ctx) }()
+	if rc.l.Token() <= tb {
+		t.Fatalf("token regression: c's token %v (epoch %d) after b's %v (epoch %d)",
+			rc.l.Token(), rc.l.Token().Epoch(), tb, tb.Epoch())
+	}
+}

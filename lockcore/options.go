@@ -111,8 +111,8 @@ func (c *config) only(field string, s Strategy) {
 
 // testHooks lets tests inject delays at precise points of a protocol.
 type testHooks struct {
-	// afterTicket runs in the FIFO queue after a ticket was issued and before the caller
-	// looks at the queue.
+	// afterTicket runs in the FIFO queue, the Mutex and the TicketLock after a ticket was
+	// issued and before the caller looks at the queue.
 	afterTicket func(key string, ticket int64)
 	// beforeIssue runs in the FIFO queue before the transaction that tries to issue
 	// ticket is sent.

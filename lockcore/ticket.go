@@ -217,6 +217,9 @@ func (t *TicketLock) Acquire(ctx context.Context, key string, opts ...AcquireOpt
 			return nil, err
 		}
 		st.contended = st.contended || row.serving != h.ticket
+		if f := t.cfg.hooks.afterTicket; f != nil {
+			f(key, h.ticket)
+		}
 		l, err := t.wait(ctx, h, row, sent, ac, start)
 		st.takeover = st.takeover || h.skippedStalled
 		if errors.Is(err, errTicketSkipped) {
@@ -377,11 +380,21 @@ func (t *TicketLock) wait(ctx context.Context, h *ticketHold, row ticketRow, sen
 	}
 	obs := seen{serving: row.serving, rev: row.rev, at: t.cfg.clock.Now()}
 	bo := backoff{base: t.cfg.backoffBase, cap: t.cfg.backoffCap}
-	for row.serving != h.ticket {
+	rowConsistent := true // row came from a strongly consistent read (or the take)
+	// In only by our ticket served in the life it was issued in: an eventually
+	// consistent read may return the row of an earlier life (before TTL removed it) with
+	// our number served, and its fence epoch would make our token lower than the last
+	// holder's.
+	for row.serving != h.ticket || !row.exists || row.life != h.life {
 		now := t.cfg.clock.Now()
+		gone := !row.exists || row.life != h.life
 		switch {
-		case !row.exists || row.life != h.life || row.serving > h.ticket:
+		case (gone && rowConsistent) || (!gone && row.serving > h.ticket):
 			return nil, errTicketSkipped
+		case gone:
+			// An eventually consistent read may show the row before our ticket was
+			// issued, or an earlier life's: look again, consistently, before giving the
+			// ticket up.
 		case !row.servedEntry:
 			// Withdrawn: skip it at once.
 			if !t.skip(ctx, h.key, h.ns, row, "") {
@@ -423,7 +436,7 @@ func (t *TicketLock) wait(ctx context.Context, h *ticketHold, row ticketRow, sen
 		// (each is conditioned on the row as observed), but it may be old, so it never
 		// moves lastBefore, the start of our lease's validity.
 		send := t.cfg.clock.Now()
-		consistent := h.ticket-row.serving <= 1
+		consistent := h.ticket-row.serving <= 1 || gone
 		var it item
 		var err error
 		if consistent {
@@ -462,7 +475,7 @@ func (t *TicketLock) wait(ctx context.Context, h *ticketHold, row ticketRow, sen
 		if next.serving != obs.serving || next.rev != obs.rev {
 			obs = seen{serving: next.serving, rev: next.rev, at: now}
 		}
-		row = next
+		row, rowConsistent = next, consistent
 	}
 	served = true
 	return t.enter(ctx, h, row, lastBefore, ac, start)
