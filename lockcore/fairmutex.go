@@ -879,10 +879,16 @@ func (h *mutexHold) renew(ctx context.Context, l *Lease) error {
 				Set(name(attrHOwner), value(l.owner)).
 				Set(name(attrHUntil), value(now.Add(l.duration).UnixMilli())).
 				Set(name(attrExpiresAt), value(m.cfg.ttlAt(now, l.duration+m.cfg.ttlGrace)))))
-		out, err := m.db.UpdateItem(ctx, conditionalUpdate(m.table, m.keyOf(h.key, h.ns), e, types.ReturnValueNone), noSDKRetry)
+		out, err := m.db.UpdateItem(ctx, conditionalUpdate(m.table, m.keyOf(h.key, h.ns), e, types.ReturnValueAllNew), noSDKRetry)
 		switch {
 		case err == nil:
 			m.cfg.observeServer(out.ResultMetadata)
+			// Waiters take over after the ticket's lease as the row records it, which
+			// the acquisition set: an attached handle's client may use a longer one.
+			row := parseMutexRow(out.Attributes, h.wattr)
+			if d := row.leaseOf(row.ownTicket); row.ownEntry && d > 0 && d < l.duration {
+				l.renewsFor(d)
+			}
 			return nil
 		case classify(err) == errCondition:
 			old, ok := conditionOld(err)

@@ -887,3 +887,64 @@ func TestItemReleasedByCallersTransactionIsFree(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// droppedWrite fails the next UpdateItem (once armed) as a connection reset that never
+// reached the engine, after running between.
+type droppedWrite struct {
+	lockcore.DynamoDB
+	armed   atomic.Bool
+	between func()
+}
+
+func (f *droppedWrite) UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput, o ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error) {
+	if f.armed.CompareAndSwap(true, false) {
+		f.between()
+		return nil, errReset
+	}
+	return f.DynamoDB.UpdateItem(ctx, in, o...)
+}
+
+// A write-and-release of an attached handle that failed ambiguously is not settled as
+// landed because the item moved on: the handle cannot know its lease was still valid
+// (a waiter may have taken a stalled ticket over meanwhile). It reported success for a
+// write that never reached the item (found by an outside review).
+func TestItemAttachedLostWriteIsNotReportedLanded(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ctx := ctxT(t, 30*time.Second)
+	a, _ := lockcore.NewItemLocker(e.db, e.data, fast("a", lockcore.WithHeartbeat(0))...)
+	c, _ := lockcore.NewItemLocker(e.db, e.data, fast("c")...)
+	la, err := a.Acquire(ctx, dataKey("att")) // a then dies: no heartbeat
+	if err != nil {
+		t.Fatal(err)
+	}
+	cDone := make(chan *lockcore.ItemLease, 1)
+	go func() {
+		lc, err := c.Acquire(ctx, dataKey("att"), lockcore.WaitUpTo(20*time.Second))
+		if err != nil {
+			t.Errorf("c: %v", err)
+		}
+		cDone <- lc
+	}()
+	time.Sleep(2 * time.Second)
+	f := &droppedWrite{DynamoDB: e.db}
+	var lc *lockcore.ItemLease
+	f.between = func() { lc = <-cDone } // c takes the stalled ticket over meanwhile
+	b, _ := lockcore.NewItemLocker(f, e.data, fast("a", lockcore.WithHeartbeat(0))...)
+	lb, err := b.Attach(dataKey("att"), la.ID())
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.armed.Store(true)
+	_, err = lb.UpdateAndRelease(ctx, expression.Set(expression.Name("v"), expression.Value(1)), expression.ConditionBuilder{})
+	out, gerr := e.db.GetItem(ctx, &dynamodb.GetItemInput{TableName: aws.String(e.data), Key: dataKey("att"), ConsistentRead: aws.Bool(true)})
+	if gerr != nil {
+		t.Fatal(gerr)
+	}
+	if _, landed := out.Item["v"]; err == nil && !landed {
+		t.Fatal("UpdateAndRelease reported success, but its write never reached the item")
+	}
+	if lc != nil {
+		_ = lc.Release(ctx)
+	}
+}

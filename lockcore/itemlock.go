@@ -730,7 +730,10 @@ func (il *ItemLocker) classifyOld(op string, l *Lease, old item) error {
 // Attach returns a handle on a lease acquired elsewhere on the item with key, so that
 // this client can release or renew it (owner-checked). Its Token is zero. The lease
 // must have written its lease id to the item (every acquisition that did not wait does
-// so at once, a handed-over one with its first write or heartbeat).
+// so at once, a handed-over one with its first write or heartbeat). The handle claims
+// no validity (Remaining is zero) until its first successful Renew: it cannot know when
+// the lease was last renewed, and a write whose outcome is unknown is settled as landed
+// only while the lease is certainly valid.
 func (il *ItemLocker) Attach(key map[string]types.AttributeValue, leaseID string) (*ItemLease, error) {
 	if err := il.validateKey(key); err != nil {
 		return nil, err
@@ -740,7 +743,7 @@ func (il *ItemLocker) Attach(key map[string]types.AttributeValue, leaseID string
 	}
 	label := keyLabel(key)
 	h := &itemHold{il: il, key: key, label: label}
-	l := newLease(h, il.cfg, il.cfg.lease, label, "", leaseID, 0, il.cfg.clock.Now())
+	l := newLease(h, il.cfg, il.cfg.lease, label, "", leaseID, 0, il.cfg.clock.Now().Add(-il.cfg.lease))
 	l.ikey = key
 	return &ItemLease{Lease: l, locker: il, ikey: key, hold: h}, nil
 }

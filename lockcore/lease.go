@@ -35,7 +35,8 @@ type Lease struct {
 	acquired                  time.Time
 
 	mu         sync.Mutex
-	validUntil time.Time // local clock: start of the last successful acquire/renew + duration
+	validUntil time.Time     // local clock: start of the last successful acquire/renew + duration
+	renewFor   time.Duration // a renewal's validity when shorter than duration (0: duration)
 	finished   bool      // released or lost
 	err        error
 	done       chan struct{}
@@ -164,11 +165,25 @@ func (l *Lease) Renew(ctx context.Context) error {
 		return err
 	}
 	l.mu.Lock()
-	if v := start.Add(l.duration); v.After(l.validUntil) {
+	d := l.duration
+	if l.renewFor > 0 && l.renewFor < d {
+		d = l.renewFor
+	}
+	if v := start.Add(d); v.After(l.validUntil) {
 		l.validUntil = v
 	}
 	l.mu.Unlock()
 	return nil
+}
+
+// renewsFor bounds the validity a renewal gives to d (0: the lease's duration): what the
+// lock's waiters grant its holder before they take over, when that is shorter than this
+// handle's duration (an attached handle's client may use a longer lease than the
+// acquiring one). Called by the strategies' renew, before Renew extends the validity.
+func (l *Lease) renewsFor(d time.Duration) {
+	l.mu.Lock()
+	l.renewFor = d
+	l.mu.Unlock()
 }
 
 // Release gives the lease up and stops its heartbeat. Releasing twice is harmless. It

@@ -302,7 +302,10 @@ func (m *Mutex) IsLocked(ctx context.Context, key string, opts ...AcquireOption)
 // Attach returns a handle on a lease acquired elsewhere (say, by another process that
 // passed its lease id along), so that this client can renew or release it. The owner
 // check still applies: a lease acquired under another owner name fails with
-// ErrNotOwner. The handle's Token is zero and it has no heartbeat.
+// ErrNotOwner. The handle's Token is zero and it has no heartbeat. It claims no validity
+// (Remaining is zero) until its first successful Renew: it cannot know when the lease
+// was last renewed; a renewal then gives it at most the lease the acquisition recorded,
+// which is what waiters grant before they take over.
 func (m *Mutex) Attach(key, leaseID string, opts ...AcquireOption) (*Lease, error) {
 	ac, err := m.cfg.acquireConfig(opts)
 	if err != nil {
@@ -319,7 +322,7 @@ func (m *Mutex) Attach(key, leaseID string, opts ...AcquireOption) (*Lease, erro
 		id = leaseID[i+1:]
 	}
 	h := m.newHold(key, ac.namespace, id)
-	return newLease(h, m.cfg, ac.lease, key, ac.namespace, leaseID, 0, m.cfg.clock.Now()), nil
+	return newLease(h, m.cfg, ac.lease, key, ac.namespace, leaseID, 0, m.cfg.clock.Now().Add(-ac.lease)), nil
 }
 
 // renew implements leaseOps.

@@ -619,3 +619,43 @@ func TestVersionedAdoptsUnversionedItem(t *testing.T) {
 		t.Fatalf("Update of an unversioned item: version %d, %v", ver, err)
 	}
 }
+
+// An attached handle claims no validity until it renews, and a renewal gives it no more
+// than the lease the acquisition recorded — what waiters grant before they take over —
+// even when its own client's lease is longer. It reported 27 s left while another client
+// already held the lock (found by an outside review).
+func TestMutexAttachedLeaseClaimsOnlyWhatWaitersGrant(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ctx := ctxT(t, time.Minute)
+	a, _ := lockcore.NewMutex(e.db, e.locks, fast("a")...) // 3 s leases
+	actx, stop := context.WithCancel(ctx)
+	la, err := a.Acquire(actx, "att")
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop() // a's process goes away; another process of the same owner takes the lease over
+	a2, _ := lockcore.NewMutex(e.db, e.locks, fast("a", lockcore.WithLease(30*time.Second))...)
+	att, err := a2.Attach("att", la.ID())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rem := att.Remaining(); rem != 0 {
+		t.Fatalf("attached, not renewed: Remaining %v, want 0", rem)
+	}
+	if err := att.Renew(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if rem := att.Remaining(); rem <= 0 || rem > 3*time.Second {
+		t.Fatalf("renewed: Remaining %v, want (0, 3s]", rem)
+	}
+	b, _ := lockcore.NewMutex(e.db, e.locks, fast("b")...)
+	lb, err := b.Acquire(ctx, "att")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = lb.Release(ctx) }()
+	if rem := att.Remaining(); rem > 0 {
+		t.Fatalf("b holds the lock while the attached handle reports %v left", rem)
+	}
+}
