@@ -241,8 +241,20 @@ type mutexHold struct {
 	since  time.Time // when Acquire returned (for the hold-time estimate)
 	shared int64     // the row's published hold time (ms) when we entered (0: none)
 	gc     []string  // old tombstones seen when the ticket was issued: removed on release
+	// tomb: a request for this ticket failed ambiguously and may still land (a retry
+	// issued it): its entry is left as a tombstone when the ticket ends, not removed, so
+	// that the late copy fails its condition instead of issuing a ticket nobody holds.
+	tomb bool
 
 	skippedStalled bool // this waiter skipped a holder that had stopped heartbeating
+}
+
+// endEntry adds the end of our ticket's entry to u: removed, or a tombstone (see tomb).
+func (h *mutexHold) endEntry(u expression.UpdateBuilder, now time.Time) expression.UpdateBuilder {
+	if h.tomb {
+		return u.Set(name(h.wattr), value(tombPrefix+strconv.FormatInt(now.UnixMilli(), 10)))
+	}
+	return u.Remove(name(h.wattr))
 }
 
 func (m *Mutex) newHold(key, ns, id string) *mutexHold {
@@ -384,6 +396,7 @@ func (m *Mutex) take(ctx context.Context, key string, ac *acquireConfig, start t
 			row := parseMutexRow(out.Attributes, h.wattr)
 			h.ticket, h.life, h.next = row.ownTicket, row.life, row.next
 			h.gc = row.oldTombs(now)
+			h.tomb = uncertain
 			if free && stale != nil {
 				st.takeover = true // a row of the previous format, taken over
 			}
@@ -404,6 +417,7 @@ func (m *Mutex) take(ctx context.Context, key string, ac *acquireConfig, start t
 			case row.ownEntry && uncertain: // an earlier, ambiguous attempt of ours landed
 				h.ticket, h.life, h.next = row.ownTicket, row.life, row.next
 				h.gc = row.oldTombs(now)
+				h.tomb = true
 				return h, row, first, nil
 			case tomb && uncertain:
 				// Cannot happen: only this call writes the tombstone, after its last try.
@@ -744,7 +758,7 @@ func (m *Mutex) withdraw(ctx context.Context, h *mutexHold) {
 		WithCondition(expression.And(
 			expression.LessThan(name(attrServing), name(h.wattr)),
 			expression.Equal(name(attrLife), value(h.life)))).
-		WithUpdate(expression.Remove(name(h.wattr)).Remove(name(h.dattr))))
+		WithUpdate(h.endEntry(expression.Remove(name(h.dattr)), m.cfg.clock.Now())))
 	// Keep trying while the detached context lasts (5 s): a waiter cut off from DynamoDB
 	// for longer leaves its ticket behind, and it is skipped after a lease.
 	bo := backoff{base: 50 * time.Millisecond, cap: 500 * time.Millisecond}
@@ -940,9 +954,9 @@ func (h *mutexHold) release(ctx context.Context, l *Lease) error {
 		upd := expression.Set(name(attrServing), expression.Plus(name(attrServing), value(1))).
 			Set(name(attrRel), name(attrServing)).
 			Add(name(attrRev), value(1)).
-			Remove(name(h.wattr)).
 			Remove(name(h.dattr)).
 			Remove(name(attrHOwner))
+		upd = h.endEntry(upd, now)
 		if shared > 0 {
 			upd = upd.Set(name(attrHoldMs), value(shared))
 		}

@@ -683,3 +683,100 @@ func staleReadOfAnEarlierLife(t *testing.T, sk string, mk func(lockcore.DynamoDB
 			rc.l.Token(), rc.l.Token().Epoch(), tb, tb.Epoch())
 	}
 }
+
+// holdFirstTake holds back the first ticket request (an UpdateItem returning ALL_NEW)
+// and fails it as a timeout: the test sends it to the engine later, as a request that
+// was delayed in the network.
+type holdFirstTake struct {
+	lockcore.DynamoDB
+	once sync.Once
+	late chan *dynamodb.UpdateItemInput
+}
+
+func (f *holdFirstTake) UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput, o ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error) {
+	hold := false
+	if in.ReturnValues == types.ReturnValueAllNew {
+		f.once.Do(func() { hold = true })
+	}
+	if hold {
+		f.late <- in
+		return nil, errTimeout
+	}
+	return f.DynamoDB.UpdateItem(ctx, in, o...)
+}
+
+var errTimeout = errors.New("read tcp 127.0.0.1:1->127.0.0.1:2: i/o timeout")
+
+// A ticket request that timed out, was retried (the retry issued the ticket), and lands
+// after the lease was used and released must not issue a ticket nobody holds: the lock
+// stayed held by nobody for a lease (found by an outside review).
+func TestMutexLateTicketRequestAfterRelease(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ctx := ctxT(t, 30*time.Second)
+	f := &holdFirstTake{DynamoDB: e.db, late: make(chan *dynamodb.UpdateItemInput, 1)}
+	a, _ := lockcore.NewMutex(f, e.locks, fast("a")...)
+	l, err := a.Acquire(ctx, "late")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	_, lateErr := e.db.UpdateItem(ctx, <-f.late) // the delayed request arrives
+	t.Logf("late ticket request: %v", lateErr)
+	b, _ := lockcore.NewMutex(e.db, e.locks, fast("b")...)
+	lb, err := b.TryAcquire(ctx, "late")
+	if err != nil {
+		t.Fatalf("TryAcquire after a's release: %v (a ticket nobody holds)", err)
+	}
+	_ = lb.Release(ctx)
+}
+
+// The same late request, for the TicketLock and the locking read.
+func TestLateTakeAfterRelease(t *testing.T) {
+	t.Run("ticket", func(t *testing.T) {
+		t.Parallel()
+		e := newEnv(t)
+		ctx := ctxT(t, 30*time.Second)
+		f := &holdFirstTake{DynamoDB: e.db, late: make(chan *dynamodb.UpdateItemInput, 1)}
+		a, _ := lockcore.NewTicketLock(f, e.locks, fast("a")...)
+		l, err := a.Acquire(ctx, "late")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		_, lateErr := e.db.UpdateItem(ctx, <-f.late)
+		t.Logf("late ticket request: %v", lateErr)
+		b, _ := lockcore.NewTicketLock(e.db, e.locks, fast("b")...)
+		lb, err := b.TryAcquire(ctx, "late")
+		if err != nil {
+			t.Fatalf("TryAcquire after a's release: %v (a ticket nobody holds)", err)
+		}
+		_ = lb.Release(ctx)
+	})
+	t.Run("item", func(t *testing.T) {
+		t.Parallel()
+		e := newEnv(t)
+		ctx := ctxT(t, 30*time.Second)
+		f := &holdFirstTake{DynamoDB: e.db, late: make(chan *dynamodb.UpdateItemInput, 1)}
+		a, _ := lockcore.NewItemLocker(f, e.data, fast("a")...)
+		l, err := a.Acquire(ctx, dataKey("late"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		_, lateErr := e.db.UpdateItem(ctx, <-f.late)
+		t.Logf("late take: %v", lateErr)
+		b, _ := lockcore.NewItemLocker(e.db, e.data, fast("b")...)
+		lb, err := b.TryAcquire(ctx, dataKey("late"))
+		if err != nil {
+			t.Fatalf("TryAcquire after a's release: %v (a holder that is gone)", err)
+		}
+		_ = lb.Release(ctx)
+	})
+}

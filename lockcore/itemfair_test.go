@@ -948,3 +948,56 @@ func TestItemAttachedLostWriteIsNotReportedLanded(t *testing.T) {
 		_ = lc.Release(ctx)
 	}
 }
+
+// A waiter's SetIfAbsent attributes are not written while another client holds the
+// item: that holder read them absent, and its write conditioned on that failed (found by
+// an outside review). The waiter writes them once the item is handed to it.
+func TestItemSetIfAbsentWaitsForTheLock(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ctx := ctxT(t, 30*time.Second)
+	a, _ := lockcore.NewItemLocker(e.db, e.data, fast("a")...)
+	w, _ := lockcore.NewItemLocker(e.db, e.data, fast("w")...)
+	la, err := a.Acquire(ctx, dataKey("init"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	type res struct {
+		l   *lockcore.ItemLease
+		err error
+	}
+	done := make(chan res, 1)
+	go func() {
+		lw, err := w.Acquire(ctx, dataKey("init"), lockcore.WaitUpTo(10*time.Second),
+			lockcore.SetIfAbsent(map[string]types.AttributeValue{
+				"status": &types.AttributeValueMemberS{Value: "PENDING"},
+				"v":      &types.AttributeValueMemberN{Value: "0"},
+			}))
+		done <- res{lw, err}
+	}()
+	time.Sleep(300 * time.Millisecond) // w queues behind a
+	if _, err := la.UpdateAndRelease(ctx, expression.Set(expression.Name("v"), expression.Value(1)),
+		expression.AttributeNotExists(expression.Name("status"))); err != nil { // a read status absent
+		t.Fatalf("a waiter's take changed the item under a's lock: %v", err)
+	}
+	r := <-done
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	defer func() { _ = r.l.Release(ctx) }()
+	// w writes what is missing (status), not what a wrote (v).
+	got := r.l.Item()
+	if s, _ := got["status"].(*types.AttributeValueMemberS); s == nil || s.Value != "PENDING" {
+		t.Errorf("w's item: status %v, want PENDING", got["status"])
+	}
+	if v, _ := got["v"].(*types.AttributeValueMemberN); v == nil || v.Value != "1" {
+		t.Errorf("w's item: v %v, want a's 1", got["v"])
+	}
+	out, err := e.db.GetItem(ctx, &dynamodb.GetItemInput{TableName: aws.String(e.data), Key: dataKey("init"), ConsistentRead: aws.Bool(true)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s, _ := out.Item["status"].(*types.AttributeValueMemberS); s == nil || s.Value != "PENDING" {
+		t.Errorf("stored status %v, want PENDING", out.Item["status"])
+	}
+}

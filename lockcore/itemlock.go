@@ -325,8 +325,14 @@ func (il *ItemLocker) Acquire(ctx context.Context, key map[string]types.Attribut
 		l.ikey = key
 		lease = &ItemLease{Lease: l, locker: il, item: il.strip(wr.st.it, key), ikey: key, hold: h,
 			chain: writeChain{known: true, last: wr.st.write}}
-		if l.Remaining() < ac.lease/2 {
-			// Much of a handed-over lease went by unnoticed: claim it now.
+		if !tr.claimed {
+			// Waited: the SetIfAbsent attributes the item lacks are written now, by a
+			// renewal that also claims the lease.
+			h.init = missingAttrs(wr.st.it, ac.init)
+		}
+		if l.Remaining() < ac.lease/2 || len(h.init) > 0 {
+			// Much of a handed-over lease went by unnoticed, or SetIfAbsent attributes
+			// are missing: claim it now.
 			if err := l.Renew(ctx); err != nil {
 				if errors.Is(err, ErrLeaseLost) {
 					continue
@@ -337,10 +343,28 @@ func (il *ItemLocker) Acquire(ctx context.Context, key map[string]types.Attribut
 				return nil, err
 			}
 		}
+		if h.item != nil {
+			lease.item = il.strip(h.item, key)
+			h.item = nil
+		}
 		h.since = il.cfg.clock.Now()
 		l.startHeartbeat(ctx, ac.heartbeat)
 		return lease, nil
 	}
+}
+
+// missingAttrs returns the attributes of init that it lacks (nil: none).
+func missingAttrs(it item, init map[string]types.AttributeValue) map[string]types.AttributeValue {
+	var m map[string]types.AttributeValue
+	for k, v := range init {
+		if _, ok := it[k]; !ok {
+			if m == nil {
+				m = map[string]types.AttributeValue{}
+			}
+			m[k] = v
+		}
+	}
+	return m
 }
 
 // TryAcquire is Acquire with NoWait.

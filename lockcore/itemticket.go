@@ -168,6 +168,30 @@ type itemHold struct {
 	io sync.Mutex
 
 	skippedStalled bool
+
+	// tombWID: a take of this hold failed ambiguously and may still land (a retry took
+	// the item): the waiter id it carried is left as a tombstone in the Waiters map when
+	// our entry ends (or, for a claim, with the release), so that the late copy fails
+	// its condition instead of locking the item for a lease nobody holds.
+	tombWID string
+
+	// init: SetIfAbsent attributes the item lacked when the lock was handed to us
+	// (a queued take does not write them: it may not change an item another client
+	// holds); the next renewal writes them, and item is the item it returned.
+	init map[string]types.AttributeValue
+	item item
+}
+
+// endEntry adds the end of our entry in the Waiters map to u: removed, or a tombstone
+// where a late copy of our take could land (see tombWID).
+func (h *itemHold) endEntry(u expression.UpdateBuilder) expression.UpdateBuilder {
+	if h.tombWID != "" {
+		u = u.Set(h.il.waiterPath(h.tombWID), value(tombPrefix+strconv.FormatInt(h.il.cfg.clock.Now().UnixMilli(), 10)))
+	}
+	if h.wid != "" && h.entry && h.wid != h.tombWID {
+		u = u.Remove(h.il.waiterPath(h.wid))
+	}
+	return u
 }
 
 func (il *ItemLocker) waiterPath(wid string) expression.NameBuilder {
@@ -218,10 +242,7 @@ func (h *itemHold) claim(u expression.UpdateBuilder, l *Lease) expression.Update
 	if h.ticket > 0 {
 		u = u.Set(name(a.Ticket), value(h.ticket))
 	}
-	if h.wid != "" && h.entry {
-		u = u.Remove(h.il.waiterPath(h.wid))
-	}
-	return u
+	return h.endEntry(u)
 }
 
 // handsOver tells which release form to try first: a handoff when tickets were issued
@@ -235,10 +256,7 @@ func (h *itemHold) releaseUpdate(u expression.UpdateBuilder, l *Lease, handoff b
 	a := h.il.attrs
 	t := h.ticket
 	now := h.il.cfg.clock.Now()
-	u = u.Set(name(a.Serving), value(t+1)).Add(name(a.Rev), value(1))
-	if h.wid != "" && h.entry {
-		u = u.Remove(h.il.waiterPath(h.wid))
-	}
+	u = h.endEntry(u.Set(name(a.Serving), value(t+1)).Add(name(a.Rev), value(1)))
 	for _, tomb := range h.gc {
 		u = u.Remove(h.il.waiterPath(tomb))
 	}
@@ -292,11 +310,14 @@ func (h *itemHold) renew(ctx context.Context, l *Lease) error {
 			Set(name(a.Until), value(now.Add(l.duration).UnixMilli())).
 			Set(name(a.LeaseMs), value(l.duration.Milliseconds())).
 			Add(name(a.Rev), value(1))
-		e := expr(expression.NewBuilder().WithCondition(h.owns(l)).WithUpdate(u))
+		e := expr(expression.NewBuilder().WithCondition(h.owns(l)).WithUpdate(initAttrs(u, h.init)))
 		out, err := il.db.UpdateItem(ctx, conditionalUpdate(il.table, h.key, e, types.ReturnValueAllNew), noSDKRetry)
 		if err == nil {
 			h.entry = false
 			h.next, _ = attrN(out.Attributes, a.Fence)
+			if h.init != nil {
+				h.init, h.item = nil, out.Attributes
+			}
 			return nil
 		}
 		switch classify(err) {
@@ -437,7 +458,9 @@ func (il *ItemLocker) take(ctx context.Context, h *itemHold, leaseID string, ac 
 		now := il.cfg.clock.Now()
 		var e expression.Expression
 		if claimForm {
-			cond := il.freeCond()
+			// Not under a waiter id of ours: a late copy of an ambiguous take of ours
+			// finds it as a tombstone (see itemHold.tombWID).
+			cond := expression.And(il.freeCond(), expression.AttributeNotExists(il.waiterPath(h.wid)))
 			if il.requireItem {
 				cond = expression.And(expression.AttributeExists(name(anyKeyName(h.key))), cond)
 			}
@@ -457,9 +480,11 @@ func (il *ItemLocker) take(ctx context.Context, h *itemHold, leaseID string, ac 
 				expression.AttributeExists(name(a.Waiters)),
 				expression.AttributeNotExists(il.waiterPath(h.wid)),
 				expression.Not(il.freeCond()))
+			// No SetIfAbsent attributes here: another client holds the item, and it may
+			// have read them absent (they are written once the lock is ours).
 			upd := expression.Add(name(a.Fence), value(1)).
 				Set(il.waiterPath(h.wid), expression.IfNotExists(name(a.Fence), value(0)))
-			e = expr(expression.NewBuilder().WithCondition(cond).WithUpdate(initAttrs(upd, ac.init)))
+			e = expr(expression.NewBuilder().WithCondition(cond).WithUpdate(upd))
 		}
 		if first.IsZero() {
 			first = now
@@ -468,6 +493,9 @@ func (il *ItemLocker) take(ctx context.Context, h *itemHold, leaseID string, ac 
 		if err == nil {
 			il.cfg.observeServer(out.ResultMetadata)
 			st := il.state(out.Attributes, h.wid)
+			if uncertainClaim || uncertainQueue {
+				h.tombWID = h.wid
+			}
 			if claimForm {
 				h.ticket, h.wid, h.entry = st.ticket, "", false
 				il.busy.set(pk, now, false)
@@ -490,9 +518,11 @@ func (il *ItemLocker) take(ctx context.Context, h *itemHold, leaseID string, ac 
 			last = st
 			switch {
 			case uncertainClaim && st.lockedBy == leaseID:
+				h.tombWID = h.wid
 				h.ticket, h.wid, h.entry = st.ticket, "", false
 				return takeResult{st: st, claimed: true, sent: first}, nil
 			case st.ownEntry && uncertainQueue:
+				h.tombWID = h.wid
 				h.ticket, h.entry = st.ownTicket, true
 				h.gc = st.oldTombs(now)
 				return takeResult{st: st, sent: first}, nil
@@ -545,9 +575,11 @@ func (il *ItemLocker) take(ctx context.Context, h *itemHold, leaseID string, ac 
 				st := il.state(cur, h.wid)
 				switch {
 				case claimForm && st.lockedBy == leaseID:
+					h.tombWID = h.wid
 					h.ticket, h.wid, h.entry = st.ticket, "", false
 					return takeResult{st: st, claimed: true, sent: first}, nil
 				case !claimForm && st.ownEntry:
+					h.tombWID = h.wid
 					h.ticket, h.entry = st.ownTicket, true
 					h.gc = st.oldTombs(now)
 					return takeResult{st: st, sent: first}, nil
@@ -615,8 +647,8 @@ func (il *ItemLocker) skip(ctx context.Context, h *itemHold, st itemState, lease
 			Set(name(a.Ticket), value(ticket)).
 			Set(name(a.LockTime), value(now.UnixMilli())).
 			Set(name(a.Until), value(now.Add(lease).UnixMilli())).
-			Set(name(a.LeaseMs), value(lease.Milliseconds())).
-			Remove(il.waiterPath(h.wid))
+			Set(name(a.LeaseMs), value(lease.Milliseconds()))
+		upd = h.endEntry(upd)
 	case s+1 <= st.next:
 		upd = upd.Set(name(a.LockedBy), value(marker(s+1))).Set(name(a.Ticket), value(s+1)).
 			Set(name(a.Until), value(now.Add(lease).UnixMilli())).
@@ -819,7 +851,7 @@ func (il *ItemLocker) withdraw(ctx context.Context, h *itemHold, leaseID string)
 		WithCondition(expression.And(
 			expression.LessThan(name(a.Serving), value(h.ticket)),
 			expression.AttributeExists(il.waiterPath(h.wid)))).
-		WithUpdate(expression.Remove(il.waiterPath(h.wid))))
+		WithUpdate(h.endEntry(expression.UpdateBuilder{})))
 	bo := backoff{base: 50 * time.Millisecond, cap: 500 * time.Millisecond}
 	for {
 		_, err := il.db.UpdateItem(ctx, conditionalUpdate(il.table, h.key, e, types.ReturnValueNone), noSDKRetry)

@@ -37,7 +37,7 @@ type Lease struct {
 	mu         sync.Mutex
 	validUntil time.Time     // local clock: start of the last successful acquire/renew + duration
 	renewFor   time.Duration // a renewal's validity when shorter than duration (0: duration)
-	finished   bool      // released or lost
+	finished   bool          // released or lost
 	err        error
 	done       chan struct{}
 	stopHB     context.CancelFunc

@@ -440,11 +440,14 @@ func Data(b []byte) AcquireOption {
 }
 
 // SetIfAbsent makes an ItemLocker's Acquire write attrs in the same UpdateItem that takes
-// the lock (or the ticket, when it has to queue), each attribute only where the item does
-// not have it yet (if_not_exists): to create an item in its first state as it is locked,
-// without a second write. An existing attribute is never changed, so the write is safe
-// before the lock is ours: it only initialises. attrs may not name the item's key or lock
-// attributes, nor be empty; only an ItemLocker takes it.
+// the lock, each attribute only where the item does not have it yet (if_not_exists): to
+// create an item in its first state as it is locked, without a second write. An
+// acquisition that has to queue writes them only once the lock is its own (in the
+// renewal that claims the handed-over lease, before Acquire returns, and only when one
+// is missing): a waiter must not change an item another client holds — that holder may
+// have read the attribute absent, or removed it. An existing attribute is never changed.
+// attrs may not name the item's key or lock attributes, nor be empty; only an
+// ItemLocker takes it.
 //
 //	lease, err := items.Acquire(ctx, key, lockcore.SetIfAbsent(map[string]types.AttributeValue{
 //		"status": &types.AttributeValueMemberS{Value: "PENDING"},

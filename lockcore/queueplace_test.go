@@ -416,17 +416,18 @@ func TestQueueSettledUncertaintyDoesNotAgeNextTicket(t *testing.T) {
 	}
 }
 
-// frozenQueries answers every eventually consistent Query with the first answer it got
-// (a replica that stopped catching up) and counts deletes.
+// frozenQueries answers every eventually consistent Query for a first page with the
+// first answer it got for that page size (a replica that stopped catching up) and counts
+// deletes. Later pages are read from the table.
 type frozenQueries struct {
 	lockcore.DynamoDB
 	mu      sync.Mutex
-	frozen  *dynamodb.QueryOutput
+	frozen  map[int32]*dynamodb.QueryOutput // by Limit (0: none)
 	deletes atomic.Int32
 }
 
 func (f *frozenQueries) Query(ctx context.Context, in *dynamodb.QueryInput, o ...func(*dynamodb.Options)) (*dynamodb.QueryOutput, error) {
-	if aws.ToBool(in.ConsistentRead) {
+	if aws.ToBool(in.ConsistentRead) || in.ExclusiveStartKey != nil {
 		return f.DynamoDB.Query(ctx, in, o...)
 	}
 	if err := ctx.Err(); err != nil {
@@ -434,14 +435,18 @@ func (f *frozenQueries) Query(ctx context.Context, in *dynamodb.QueryInput, o ..
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if f.frozen == nil {
+	limit := aws.ToInt32(in.Limit)
+	if f.frozen[limit] == nil {
 		out, err := f.DynamoDB.Query(ctx, in, o...)
 		if err != nil {
 			return nil, err
 		}
-		f.frozen = out
+		if f.frozen == nil {
+			f.frozen = map[int32]*dynamodb.QueryOutput{}
+		}
+		f.frozen[limit] = out
 	}
-	c := *f.frozen
+	c := *f.frozen[limit]
 	return &c, nil
 }
 

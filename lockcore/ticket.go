@@ -183,8 +183,20 @@ type ticketHold struct {
 	wattr  string
 	since  time.Time // when Acquire returned (for the hold-time estimate)
 	gc     []string  // old tombstones seen when the ticket was issued: removed on release
+	// tomb: a request for this ticket failed ambiguously and may still land (a retry
+	// issued it): its entry is left as a tombstone when the ticket ends, not removed, so
+	// that the late copy fails its condition instead of issuing a ticket nobody holds.
+	tomb bool
 
 	skippedStalled bool // this waiter skipped a holder that had stopped heartbeating
+}
+
+// endEntry adds the end of our ticket's entry to u: removed, or a tombstone (see tomb).
+func (h *ticketHold) endEntry(u expression.UpdateBuilder, now time.Time) expression.UpdateBuilder {
+	if h.tomb {
+		return u.Set(name(h.wattr), value(tombPrefix+strconv.FormatInt(now.UnixMilli(), 10)))
+	}
+	return u.Remove(name(h.wattr))
 }
 
 // Acquire takes a ticket and waits for its turn, as the wait policy says (default: until
@@ -282,6 +294,7 @@ func (t *TicketLock) take(ctx context.Context, key string, ac *acquireConfig, st
 			row := parseTicketRow(out.Attributes, h.wattr)
 			h.ticket, h.life = row.ownTicket, row.life
 			h.gc = row.oldTombs(now)
+			h.tomb = uncertain
 			return h, row, first, nil
 		}
 		switch classify(err) {
@@ -296,6 +309,7 @@ func (t *TicketLock) take(ctx context.Context, key string, ac *acquireConfig, st
 			if row.ownEntry { // an earlier, ambiguous attempt of ours landed
 				h.ticket, h.life = row.ownTicket, row.life
 				h.gc = row.oldTombs(now)
+				h.tomb = true
 				return h, row, first, nil
 			}
 			if _, gone := row.tombs[h.wattr]; gone {
@@ -534,8 +548,7 @@ func (t *TicketLock) withdraw(ctx context.Context, h *ticketHold) {
 			expression.LessThan(name(attrServing), value(h.ticket)),
 			expression.Equal(name(attrLife), value(h.life)),
 			expression.AttributeExists(name(h.wattr)))).
-		WithUpdate(expression.Remove(name(h.wattr)).
-			Set(name(attrExpiresAt), value(t.expiry(t.cfg.clock.Now(), 0)))))
+		WithUpdate(h.endEntry(expression.Set(name(attrExpiresAt), value(t.expiry(t.cfg.clock.Now(), 0))), t.cfg.clock.Now())))
 	// Keep trying while the detached context lasts (5 s): a waiter cut off from DynamoDB
 	// for longer leaves its ticket behind, and it is skipped after a lease.
 	bo := backoff{base: 50 * time.Millisecond, cap: 500 * time.Millisecond}
@@ -755,11 +768,10 @@ func (h *ticketHold) release(ctx context.Context, l *Lease) error {
 	bo := backoff{base: t.cfg.backoffBase, cap: t.cfg.backoffCap}
 	uncertain := false
 	for {
-		upd := expression.Set(name(attrServing), value(h.ticket+1)).
+		upd := h.endEntry(expression.Set(name(attrServing), value(h.ticket+1)).
 			Set(name(attrRel), value(h.ticket)).
 			Set(name(attrExpiresAt), value(t.expiry(t.cfg.clock.Now(), l.duration))).
-			Add(name(attrRev), value(1)).
-			Remove(name(h.wattr))
+			Add(name(attrRev), value(1)), t.cfg.clock.Now())
 		for _, tomb := range h.gc {
 			upd = upd.Remove(name(tomb))
 		}
