@@ -298,8 +298,10 @@ func (il *ItemLocker) Acquire(ctx context.Context, key map[string]types.Attribut
 		}
 		il.cfg.acquired(ctx, StrategyItem, label, "", t0, st, l, err)
 	}()
-	leaseID := newLeaseID(il.cfg.owner)
 	for {
+		// A lease id per take: a delayed renewal of a ticket given up (its lease lost
+		// before Acquire returned) cannot then land on the next take's claim.
+		leaseID := newLeaseID(il.cfg.owner)
 		h := &itemHold{il: il, key: key, label: label, wid: newWaiterID()}
 		tr, err := il.take(ctx, h, leaseID, ac, t0)
 		if err != nil {
