@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -228,5 +229,108 @@ func TestQueueReleaseAfterLossReportsLost(t *testing.T) {
 	t.Logf("Release: %v", err)
 	if !errors.Is(err, lockcore.ErrLeaseLost) {
 		t.Fatalf("Release of a lost queue lease returned %v, want ErrLeaseLost", err)
+	}
+}
+
+// lostPutBetween loses the response of the first PutItem that lands, after running
+// between (another client's work).
+type lostPutBetween struct {
+	lockcore.DynamoDB
+	between func()
+	once    sync.Once
+}
+
+func (f *lostPutBetween) PutItem(ctx context.Context, in *dynamodb.PutItemInput, o ...func(*dynamodb.Options)) (*dynamodb.PutItemOutput, error) {
+	out, err := f.DynamoDB.PutItem(ctx, in, o...)
+	fired := false
+	if err == nil {
+		f.once.Do(func() { fired = true })
+	}
+	if fired {
+		f.between()
+		return nil, errReset
+	}
+	return out, err
+}
+
+// Versioned.Update: an ambiguous write that landed, then the item deleted (a consumer
+// took the job): the re-read finds no item, which looked like "not written yet", and the
+// update was merged and written again — one successful Update, two writes applied. Both
+// for a create and for an item seeded at version 0 (found by an outside review).
+func TestAmbiguousVersionedWriteThenDeleteAppliedOnce(t *testing.T) {
+	for _, seeded := range []bool{false, true} {
+		t.Run(map[bool]string{false: "create", true: "version 0"}[seeded], func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t)
+			ctx := ctxT(t, 30*time.Second)
+			if seeded {
+				it := dataKey("job")
+				it["version"] = &types.AttributeValueMemberN{Value: "0"}
+				if _, err := e.db.PutItem(ctx, &dynamodb.PutItemInput{TableName: aws.String(e.data), Item: it}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			landed := 0
+			f := &lostPutBetween{DynamoDB: e.db, between: func() {
+				out, err := e.db.DeleteItem(ctx, &dynamodb.DeleteItemInput{TableName: aws.String(e.data), Key: dataKey("job"),
+					ReturnValues: types.ReturnValueAllOld})
+				if err != nil {
+					t.Errorf("consumer: %v", err)
+				} else if _, ok := out.Attributes["task"]; ok {
+					landed++
+				}
+			}}
+			v, _ := lockcore.NewVersioned(f, e.data, fast("v")...)
+			merges := 0
+			_, _, err := v.Update(ctx, dataKey("job"), func(map[string]types.AttributeValue) (map[string]types.AttributeValue, error) {
+				merges++
+				return map[string]types.AttributeValue{"task": &types.AttributeValueMemberS{Value: "charge " + strconv.Itoa(merges)}}, nil
+			})
+			out, gerr := e.db.GetItem(ctx, &dynamodb.GetItemInput{TableName: aws.String(e.data), Key: dataKey("job"), ConsistentRead: aws.Bool(true)})
+			if gerr != nil {
+				t.Fatal(gerr)
+			}
+			if _, ok := out.Item["task"]; ok {
+				landed++
+			}
+			t.Logf("err=%v merges=%d landed=%d", err, merges, landed)
+			if landed > 1 {
+				t.Fatalf("one Update landed %d writes (err %v)", landed, err)
+			}
+			if err == nil || !errors.Is(err, lockcore.ErrUnknownOutcome) {
+				t.Fatalf("Update: %v, want ErrUnknownOutcome (its write may have landed before the delete)", err)
+			}
+		})
+	}
+}
+
+// resetPuts fails every PutItem as a connection reset and counts them.
+type resetPuts struct {
+	lockcore.DynamoDB
+	calls atomic.Int32
+}
+
+func (f *resetPuts) PutItem(context.Context, *dynamodb.PutItemInput, ...func(*dynamodb.Options)) (*dynamodb.PutItemOutput, error) {
+	f.calls.Add(1)
+	return nil, errReset
+}
+
+// Versioned.Update's attempts are bounded (MaxAttempts) and paced by the backoff also
+// when every write fails ambiguously: it wrote 826 times in 2 s with MaxAttempts(3)
+// (found by an outside review).
+func TestAmbiguousVersionedWritesBounded(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ctx := ctxT(t, 10*time.Second)
+	f := &resetPuts{DynamoDB: e.db}
+	v, _ := lockcore.NewVersioned(f, e.data, fast("v", lockcore.MaxAttempts(3))...)
+	_, _, err := v.Update(ctx, dataKey("x"), func(map[string]types.AttributeValue) (map[string]types.AttributeValue, error) {
+		return map[string]types.AttributeValue{"a": &types.AttributeValueMemberN{Value: "1"}}, nil
+	})
+	if n := f.calls.Load(); n > 3 {
+		t.Fatalf("MaxAttempts(3), %d writes (err %v)", n, err)
+	}
+	if !errors.Is(err, lockcore.ErrUnknownOutcome) {
+		t.Fatalf("Update: %v, want ErrUnknownOutcome", err)
 	}
 }

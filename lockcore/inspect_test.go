@@ -473,7 +473,11 @@ func TestForceReleaseTicket(t *testing.T) {
 	waitFor(t, 10*time.Second, "waiter", func() bool {
 		return len(showOne(t, ctx, in, "hot", lockcore.ShowOptions{}).Waiters) == 1
 	})
-	rec, err := in.ForceRelease(ctx, "hot", lockcore.ForceOptions{Strategy: lockcore.StrategyTicket, Actor: "bob", Reason: "deadlocked", LeaseID: "ticket 1"})
+	if _, err := in.ForceRelease(ctx, "hot", lockcore.ForceOptions{Strategy: lockcore.StrategyTicket, Actor: "bob", Reason: "deadlocked", LeaseID: "ticket 1"}); !errors.Is(err, lockcore.ErrInvalidOption) {
+		t.Fatalf("a \"ticket N\" lease id without its token: %v, want ErrInvalidOption", err)
+	}
+	rec, err := in.ForceRelease(ctx, "hot", lockcore.ForceOptions{Strategy: lockcore.StrategyTicket, Actor: "bob", Reason: "deadlocked",
+		LeaseID: "ticket 1", Token: showOne(t, ctx, in, "hot", lockcore.ShowOptions{}).Fence.Token})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -511,5 +515,41 @@ func TestForceReleaseTicket(t *testing.T) {
 	}
 	if _, err := in.ForceRelease(ctx, "hot", lockcore.ForceOptions{Strategy: lockcore.StrategyTicket, Actor: "bob", Reason: "x"}); !errors.Is(err, lockcore.ErrNotHeld) {
 		t.Fatalf("force-release of a free ticket lock: %v", err)
+	}
+}
+
+// A "ticket N" lease id names a ticket of one life of a row: ticket numbers start again
+// when TTL removes the row. A force-release pinned to what Show reported must not end the
+// next life's holder of the same number (found by an outside review).
+func TestForceReleaseTicketOfAnEarlierLife(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ctx := ctxT(t, 30*time.Second)
+	a, _ := lockcore.NewTicketLock(e.db, e.locks, fast("a")...)
+	la, err := a.Acquire(ctx, "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := inspector(t, e)
+	seen := showOne(t, ctx, in, "k", lockcore.ShowOptions{Strategy: lockcore.StrategyTicket}) // ticket 1, epoch 1
+	_ = la.Release(ctx)
+	if _, err := e.db.DeleteItem(ctx, &dynamodb.DeleteItemInput{TableName: aws.String(e.locks), Key: map[string]types.AttributeValue{
+		"pk": &types.AttributeValueMemberS{Value: "k"}, "sk": &types.AttributeValueMemberS{Value: "lock#ticket"}}}); err != nil {
+		t.Fatal(err) // as TTL does
+	}
+	b, _ := lockcore.NewTicketLock(e.db, e.locks, fast("b")...)
+	lb, err := b.Acquire(ctx, "k") // ticket 1 again, epoch 2
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = lb.Release(ctx) }()
+	_, err = in.ForceRelease(ctx, "k", lockcore.ForceOptions{Strategy: lockcore.StrategyTicket, Actor: "ops", Reason: "crashed",
+		LeaseID: seen.Holder.LeaseID, Token: seen.Fence.Token})
+	if !errors.Is(err, lockcore.ErrNotHeld) {
+		t.Fatalf("force-release pinned to %s (token %d) of the previous life: %v, want ErrNotHeld (live lease %d)",
+			seen.Holder.LeaseID, seen.Fence.Token, err, lb.Token())
+	}
+	if err := lb.Renew(ctx); err != nil {
+		t.Fatalf("the live lease was ended: %v", err)
 	}
 }

@@ -42,6 +42,11 @@ type ForceOptions struct {
 	// LeaseID, when set, ends only this lease (as Show reported it: a lease id, or
 	// "ticket N" for a TicketLock); otherwise the lease current at the call is ended.
 	LeaseID string
+	// Token, when set, ends only the lease with this fencing token (Show's Fence). It is
+	// required with a LeaseID "ticket N" (a TicketLock's holder, or a Mutex holder
+	// handed the lock and not yet named on the row): ticket numbers start again at 1
+	// when TTL removes a row, so such an id alone could name a later holder.
+	Token Fence
 }
 
 const maxReasonBytes = 1024
@@ -113,6 +118,9 @@ func (o *ForceOptions) validate(key string) error {
 		return invalidOption("reason", "must say why the lease is ended")
 	case len(o.Reason) > maxReasonBytes || !utf8.ValidString(o.Reason):
 		return invalidOption("reason", "must be valid UTF-8 of at most %d bytes", maxReasonBytes)
+	}
+	if strings.HasPrefix(o.LeaseID, "ticket ") && o.Token == 0 {
+		return invalidOption("token", "lease id %q names a ticket of one life of the lock row only: give the token Show reported too", o.LeaseID)
 	}
 	// The audit row's sort key must fit.
 	if sk := auditSK(o.Namespace, o.Strategy, time.Now(), randomHex(16)); len(sk) > MaxSortKeyBytes {
@@ -197,6 +205,10 @@ func (in *Inspector) ForceRelease(ctx context.Context, key string, opts ForceOpt
 			upd, err = in.forceMutex(cur, rowKey, &target, rec, now)
 		default:
 			upd, err = in.forceTicket(cur, rowKey, &target, rec, now)
+		}
+		if err == nil && opts.Token != 0 && rec.Token.Token != opts.Token {
+			err = in.notHeld(key, opts.Namespace, opts.Strategy, fmt.Sprintf("%s (token %d)", target, int64(opts.Token)),
+				fmt.Sprintf("its token is %d", int64(rec.Token.Token)))
 		}
 		if err != nil {
 			return nil, err

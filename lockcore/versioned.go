@@ -87,8 +87,10 @@ type MergeFunc func(current map[string]types.AttributeValue) (map[string]types.A
 // A write that fails ambiguously (timeout, reset, 5xx) is never blindly repeated: every
 // write carries a writer id, and later reads settle whether it landed. At most one of
 // the attempts lands, since they are all conditioned on the same version until a read
-// proves the earlier ones cannot land any more. When the item moved on too far to tell,
-// Update returns ErrUnknownOutcome.
+// proves the earlier ones cannot land any more. When the item moved on too far to tell —
+// or is absent after such a write (it may have landed and been deleted since) — Update
+// returns ErrUnknownOutcome; likewise when MaxAttempts attempts ended with ambiguous
+// writes (each after a backoff pause).
 func (v *Versioned) Update(ctx context.Context, key map[string]types.AttributeValue, merge MergeFunc) (map[string]types.AttributeValue, int64, error) {
 	if len(key) == 0 {
 		return nil, 0, invalidKey("key", "must not be empty")
@@ -97,9 +99,11 @@ func (v *Versioned) Update(ctx context.Context, key map[string]types.AttributeVa
 		return nil, 0, invalidOption("merge", "must not be nil")
 	}
 	bo := backoff{base: v.cfg.backoffBase, cap: v.cfg.backoffCap}
-	// Writers of ambiguous attempts, all conditioned on version pendingVer (-1: none).
+	// Writers of ambiguous attempts, all conditioned on version pendingVer (-1: none),
+	// or on the item having none (pendingNone).
 	var pending []string
 	pendingVer := int64(-1)
+	pendingNone := false
 	attempt := 0
 	for {
 		out, err := v.db.GetItem(ctx, &dynamodb.GetItemInput{
@@ -122,7 +126,12 @@ func (v *Versioned) Update(ctx context.Context, key map[string]types.AttributeVa
 			switch w := attrS(cur, v.writerAttr); {
 			case slices.Contains(pending, w):
 				return v.strip(cur), ver, nil // an ambiguous attempt of ours landed
-			case ver == pendingVer:
+			case !hasVer:
+				// No item (or no version): ours may have landed and the item been deleted
+				// since — absent looks the same as never written, and writing again
+				// could apply the update twice.
+				return nil, 0, fmt.Errorf("%w: the item has no version after an ambiguous write (deleted, or never written)", ErrUnknownOutcome)
+			case ver == pendingVer && !pendingNone:
 				// Not landed yet; the next attempt has the same condition, so at most
 				// one of them can.
 			case ver == pendingVer+1:
@@ -171,8 +180,16 @@ func (v *Versioned) Update(ctx context.Context, key map[string]types.AttributeVa
 			}
 			return nil, 0, fmt.Errorf("lockcore: versioned write: %w", err)
 		case errAmbiguous:
-			pending, pendingVer = append(pending, writer), ver
-			continue // the next read settles it
+			pending, pendingVer, pendingNone = append(pending, writer), ver, !hasVer
+			if attempt >= v.maxAttempts {
+				return nil, 0, fmt.Errorf("%w: %d attempts, the last ones ambiguous: %v", ErrUnknownOutcome, attempt, err)
+			}
+			// The next read settles it, after a pause (a table that times out is not
+			// helped by being asked again at once).
+			if serr := sleep(ctx, bo.next()); serr != nil {
+				return nil, 0, fmt.Errorf("%w: %v", ErrUnknownOutcome, serr)
+			}
+			continue
 		}
 		if attempt >= v.maxAttempts && len(pending) == 0 {
 			return nil, 0, fmt.Errorf("%w: %d attempts: %v", ErrConflict, attempt, err)

@@ -13,7 +13,7 @@
 //	turnstile locks show      --strategy item --item-table TABLE ATTR=VALUE[,ATTR=VALUE]
 //	turnstile locks watch     KEY [--interval 1s] [--namespace NS] [--strategy S]
 //	turnstile locks abandoned [--skew 5s]
-//	turnstile locks release   KEY --force --reason TEXT [--actor NAME] [--namespace NS] [--strategy mutex|ticket] [--lease ID]
+//	turnstile locks release   KEY --force --reason TEXT [--actor NAME] [--namespace NS] [--strategy mutex|ticket] [--lease ID [--token N]]
 //
 // Every command takes --table, --endpoint, --stack, --region and -o table|json. The lock
 // table is --table, else $TURNSTILE_LOCK_TABLE, else the LockTableName output of the
@@ -444,11 +444,12 @@ func cmdWatch(ctx context.Context, c *cli, args []string) error {
 }
 
 func cmdRelease(ctx context.Context, c *cli, args []string) error {
-	fs := c.flags("KEY --force --reason TEXT [--actor NAME] [--namespace NS] [--strategy mutex|ticket] [--lease ID] [flags]")
+	fs := c.flags("KEY --force --reason TEXT [--actor NAME] [--namespace NS] [--strategy mutex|ticket] [--lease ID [--token N]] [flags]")
 	force := fs.Bool("force", false, "required: confirm ending another process's lease")
 	reason := fs.String("reason", "", "required: why the lease is ended (kept in the audit record)")
 	actor := fs.String("actor", "", "who releases, for the audit record (default $USER@host, plus the AWS caller ARN against AWS)")
 	lease := fs.String("lease", "", "end only this lease id (\"ticket N\" for a ticket lock), as shown by locks show")
+	token := fs.Int64("token", 0, "end only the lease with this fencing token, as shown by locks show (required with a \"ticket N\" lease id)")
 	fs.StringVar(&c.namespace, "namespace", "lock", "lock namespace")
 	fs.StringVar(&c.strategy, "strategy", "mutex", "lock strategy: mutex or ticket")
 	if err := c.parse(args, 1); err != nil {
@@ -473,7 +474,7 @@ func cmdRelease(ctx context.Context, c *cli, args []string) error {
 		return err
 	}
 	rec, err := in.ForceRelease(ctx, c.key(), lockcore.ForceOptions{
-		Namespace: c.namespace, Strategy: st, Actor: who, Reason: *reason, LeaseID: *lease,
+		Namespace: c.namespace, Strategy: st, Actor: who, Reason: *reason, LeaseID: *lease, Token: lockcore.Fence(*token),
 	})
 	if err != nil {
 		return err
