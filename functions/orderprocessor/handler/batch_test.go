@@ -394,3 +394,67 @@ func TestRetryDelay(t *testing.T) {
 		}
 	}
 }
+
+// An order whose lock another invocation holds (a copy of it being decided) does not
+// hold up the rest of the batch: the others are decided first. It waited out the batch's
+// whole budget on that order, and the next order's SKU, free when the batch started but
+// taken half a second in, then had no wait left: it came back as contended and spent a
+// receive (found by an outside review).
+func TestBatchHeldOrderDoesNotHoldUpTheOthers(t *testing.T) {
+	f := newFixture(t)
+	vis := &visibility{}
+	deadlineFixture(t, f, vis)
+	f.seed(t, map[string]int{"MUG-RED-350": 5, "TEE-BLK-M": 5})
+	ctx := context.Background()
+	il, err := lockcore.NewItemLocker(testenv.Client(t), f.tables.Orders, lockcore.WithOwner("orderprocessor-other"),
+		lockcore.WithLease(10*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ol, err := il.Acquire(ctx, map[string]types.AttributeValue{"orderId": &types.AttributeValueMemberS{Value: "a-1"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = ol.Release(ctx) }()
+	mu, err := lockcore.NewMutex(testenv.Client(t), f.tables.Locks, lockcore.WithOwner("another-invocation"),
+		lockcore.WithLease(10*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	took := make(chan *lockcore.Lease, 1)
+	time.AfterFunc(500*time.Millisecond, func() {
+		l, err := mu.Acquire(ctx, shop.SKULockKey("TEE-BLK-M"))
+		if err != nil {
+			t.Errorf("other invocation: %v", err)
+		}
+		took <- l
+	})
+	defer func() {
+		if l := <-took; l != nil {
+			_ = l.Release(ctx)
+		}
+	}()
+	var ev events.SQSEvent
+	for i, b := range []string{
+		`{"orderId":"a-1","customerId":"c","lines":[{"sku":"MUG-RED-350","qty":1}]}`,
+		`{"orderId":"b-2","customerId":"c","lines":[{"sku":"TEE-BLK-M","qty":1}]}`,
+	} {
+		ev.Records = append(ev.Records, orderMessage(i, b))
+	}
+	ictx, cancel := context.WithTimeout(ctx, 4*time.Second)
+	defer cancel()
+	resp, err := f.h.Handle(ictx, ev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var failed []string
+	for _, x := range resp.BatchItemFailures {
+		failed = append(failed, x.ItemIdentifier)
+	}
+	if len(failed) != 1 || failed[0] != "m-000" {
+		t.Errorf("returned %v; want only m-000 (a-1, whose own lock stayed held)", failed)
+	}
+	if st := f.status(t, "b-2"); st != shop.StatusReserved {
+		t.Errorf("b-2 = %q, want RESERVED: its SKU was free when the batch started", st)
+	}
+}
