@@ -268,6 +268,9 @@ func objectUnmarshal(prefix string, b []byte, v any) (ignored []string, err erro
 		return nil, jsonFieldErr(prefix, err)
 	}
 	known := knownFields(reflect.TypeOf(v).Elem())
+	if err := repeatedKey(prefix, trimmed, known); err != nil {
+		return nil, err
+	}
 	for k := range keys {
 		if !slices.ContainsFunc(known, func(f string) bool { return strings.EqualFold(f, k) }) {
 			ignored = append(ignored, join(prefix, k))
@@ -275,6 +278,38 @@ func objectUnmarshal(prefix string, b []byte, v any) (ignored []string, err erro
 	}
 	slices.Sort(ignored)
 	return ignored, nil
+}
+
+// repeatedKey refuses an object (already known to decode) that names one of the known
+// fields twice, in any case ("qty" and "QTY"): encoding/json keeps the last one, and
+// another reader of the same message (a producer in another language, an auditor) may
+// well take the first.
+func repeatedKey(prefix string, obj []byte, known []string) error {
+	dec := json.NewDecoder(bytes.NewReader(obj))
+	if _, err := dec.Token(); err != nil { // {
+		return jsonFieldErr(prefix, err)
+	}
+	seen := map[string]bool{}
+	for dec.More() {
+		t, err := dec.Token()
+		if err != nil {
+			return jsonFieldErr(prefix, err)
+		}
+		k, _ := t.(string)
+		var skip json.RawMessage
+		if err := dec.Decode(&skip); err != nil {
+			return jsonFieldErr(prefix, err)
+		}
+		i := slices.IndexFunc(known, func(f string) bool { return strings.EqualFold(f, k) })
+		if i < 0 {
+			continue // ignored anyway
+		}
+		if seen[known[i]] {
+			return fieldErr(join(prefix, known[i]), "appears more than once (names match without regard to case)")
+		}
+		seen[known[i]] = true
+	}
+	return nil
 }
 
 // knownFields returns the JSON names of a struct type's fields.
