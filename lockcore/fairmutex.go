@@ -704,6 +704,10 @@ func (m *Mutex) enter(ctx context.Context, h *mutexHold, row mutexRow, lastBefor
 		valid = minTime(valid, now.Add(time.UnixMilli(row.hUntil).Sub(now)).Add(-ac.lease))
 	}
 	l := newLease(h, m.cfg, ac.lease, h.key, h.ns, h.leaseID(), 0, valid)
+	// The lease is not the caller's until enter returns it: a renewal that finds it
+	// skipped, or the release after a failed epoch, reports no lease event.
+	obs := l.observer
+	l.observer = nil
 	if l.Remaining() < ac.lease/2 || m.cfg.ttlTooEarly(row.ttl, ac.lease+m.cfg.ttlGrace) {
 		if err := l.Renew(ctx); err != nil {
 			if errors.Is(err, ErrLeaseLost) {
@@ -727,6 +731,7 @@ func (m *Mutex) enter(ctx context.Context, h *mutexHold, row mutexRow, lastBefor
 	}
 	l.token = makeFence(epoch, h.ticket)
 	h.since, h.shared = m.cfg.clock.Now(), row.holdMs
+	l.observer = obs
 	l.startHeartbeat(ctx, ac.heartbeat)
 	return l, nil
 }

@@ -325,6 +325,10 @@ func (il *ItemLocker) Acquire(ctx context.Context, key map[string]types.Attribut
 		h.next = wr.st.next
 		l := newLease(h, il.cfg, ac.lease, label, "", leaseID, Fence(h.ticket), wr.start)
 		l.ikey = key
+		// The lease is not the caller's until Acquire returns it: a renewal that finds
+		// it lost reports no lease event.
+		obs := l.observer
+		l.observer = nil
 		lease = &ItemLease{Lease: l, locker: il, item: il.strip(wr.st.it, key), ikey: key, hold: h,
 			chain: writeChain{known: true, last: wr.st.write}}
 		if !tr.claimed {
@@ -350,6 +354,7 @@ func (il *ItemLocker) Acquire(ctx context.Context, key map[string]types.Attribut
 			h.item = nil
 		}
 		h.since = il.cfg.clock.Now()
+		l.observer = obs
 		l.startHeartbeat(ctx, ac.heartbeat)
 		return lease, nil
 	}

@@ -409,8 +409,11 @@ func (t *TicketLock) wait(ctx context.Context, h *ticketHold, row ticketRow, sen
 			// An eventually consistent read may show the row before our ticket was
 			// issued, or an earlier life's: look again, consistently, before giving the
 			// ticket up.
-		case !row.servedEntry:
-			// Withdrawn: skip it at once.
+		case !row.servedEntry && row.serving <= row.next:
+			// Withdrawn: skip it at once. (Only on a view that shows the served ticket
+			// issued: an eventually consistent read may show the row before it was, and
+			// an uncontended take does not bump rev, so the skip's condition would still
+			// hold against a live holder.)
 			if !t.skip(ctx, h.key, h.ns, row, "") {
 				if err := sleep(ctx, bo.next()); err != nil {
 					return nil, t.giveUp(ctx, h, row, start, err)
@@ -500,6 +503,10 @@ func (t *TicketLock) wait(ctx context.Context, h *ticketHold, row ticketRow, sen
 // of it went by unnoticed); a row without a fence epoch gets one.
 func (t *TicketLock) enter(ctx context.Context, h *ticketHold, row ticketRow, lastBefore time.Time, ac *acquireConfig, start time.Time) (*Lease, error) {
 	l := newLease(h, t.cfg, ac.lease, h.key, h.ns, newLeaseID(t.cfg.owner), 0, lastBefore)
+	// The lease is not the caller's until enter returns it: a renewal that finds it
+	// skipped, or the release after a failed epoch, reports no lease event.
+	obs := l.observer
+	l.observer = nil
 	if l.Remaining() < ac.lease/2 {
 		if err := l.Renew(ctx); err != nil {
 			if errors.Is(err, ErrLeaseLost) {
@@ -523,6 +530,7 @@ func (t *TicketLock) enter(ctx context.Context, h *ticketHold, row ticketRow, la
 	}
 	l.token = makeFence(epoch, h.ticket)
 	h.since = t.cfg.clock.Now()
+	l.observer = obs
 	l.startHeartbeat(ctx, ac.heartbeat)
 	return l, nil
 }
