@@ -55,3 +55,23 @@ func TestBatchGetRCU(t *testing.T) {
 		t.Errorf("3 orders unprocessed: %v RCU, want 2.5", got)
 	}
 }
+
+// A batch's calls are divided among its orders' attempts without losing the remainder
+// (integer division dropped up to len-1 calls per batch from the per-attempt figures:
+// about 9 % of them in the demo, found by an outside review).
+func TestSplitCallsAddsUp(t *testing.T) {
+	for _, c := range []struct {
+		n int64
+		k int
+	}{{0, 3}, {7, 3}, {9, 3}, {2, 10}, {123, 7}, {5, 1}, {5, 0}} {
+		got := splitCalls(c.n, c.k)
+		var sum, lo, hi int64 = 0, c.n, 0
+		for _, x := range got {
+			sum += x
+			lo, hi = min(lo, x), max(hi, x)
+		}
+		if c.k > 0 && (sum != c.n || hi-lo > 1) {
+			t.Errorf("splitCalls(%d, %d) = %v: sum %d, spread %d", c.n, c.k, got, sum, hi-lo)
+		}
+	}
+}

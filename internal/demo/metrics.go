@@ -609,7 +609,9 @@ func (a *attemptStats) snapshot() (attempts map[string]int, calls map[string]int
 
 // ProcessOrders passes a batch to the service (the handler decides batches together when
 // its processor can) and attributes the batch's DynamoDB requests evenly to its orders'
-// attempts.
+// attempts, the remainder of the division one each to the first ones, so that the
+// attempts' calls add up to the batch's. (Even: a duplicate copy in a batch is charged
+// its share of the batch's shared requests, the SKU locks and stock reads, too.)
 func (p countingProcessor) ProcessOrders(ctx context.Context, orders []shop.Order) []shop.BatchResult {
 	var n atomic.Int64
 	before := make([]int, len(orders))
@@ -617,15 +619,32 @@ func (p countingProcessor) ProcessOrders(ctx context.Context, orders []shop.Orde
 		before[i] = p.audit.writes(o.OrderID)
 	}
 	res := p.svc.ProcessOrders(context.WithValue(ctx, attemptCallsKey{}, &n), orders)
-	share := n.Load() / int64(max(len(orders), 1))
+	shares := splitCalls(n.Load(), len(res))
 	for i, r := range res {
 		out, err := r.Outcome, r.Err
 		if err == nil && !out.Duplicate && p.audit.writes(orders[i].OrderID) == before[i] {
 			p.audit.decidedUnseen(orders[i].OrderID)
 		}
-		p.stats.add(attemptKind(out, err), share)
+		p.stats.add(attemptKind(out, err), shares[i])
 	}
 	return res
+}
+
+// splitCalls divides n calls among k attempts as evenly as whole calls allow: the
+// remainder one each to the first ones, so that the shares add up to n.
+func splitCalls(n int64, k int) []int64 {
+	out := make([]int64, k)
+	if k == 0 {
+		return out
+	}
+	share, rem := n/int64(k), n%int64(k)
+	for i := range out {
+		out[i] = share
+		if int64(i) < rem {
+			out[i]++
+		}
+	}
+	return out
 }
 
 func attemptKind(out shop.Outcome, err error) string {
