@@ -244,6 +244,7 @@ func (r *Runner) closedLoop(ctx context.Context, s Strategy, p Path, n int, d ti
 	if err != nil {
 		return rec, err
 	}
+	idle := rtt
 
 	ov := make(map[string]*Overlap, nkeys)
 	for _, k := range pool {
@@ -423,6 +424,14 @@ func (r *Runner) closedLoop(ctx context.Context, s Strategy, p Path, n int, d ti
 	rec.IdealCSPerSec = fp(ideal)
 	rec.CSPerSec = fp(rate)
 	rec.Efficiency = fp(rate / ideal)
+	// The same with the round trip measured before the run: a critical section of 2
+	// calls per key (read + write), acquire and release one more each.
+	idealIdle := 1 / ((2 + 2*float64(per)) * idle.Seconds())
+	if optimistic {
+		idealIdle = 1 / (2 * idle.Seconds())
+	}
+	rec.IdleRTTms = ms(idle)
+	rec.EfficiencyIdle = fp(rate / idealIdle)
 	rec.Completions = int64(inWindow)
 	rec.Errors = int64(errs)
 	if inWindow > 0 {
