@@ -117,7 +117,7 @@ demo-scale: ## Concurrency sweep: 300 orders at 12, 40, 100 (legacy run at 40); 
 
 # ---------------------------------------------------------------------------------------------
 # Benchmark (issue #6): cmd/bench writes bench/results.json, bench/RESULTS.md, bench/chart.svg.
-#   make bench                        full run (20 s per hot-key and multi-key run, 4, 16 and 64 workers, about 30 minutes)
+#   make bench                        full run (20 s per hot-key run, 60 s per multi-key run, 4, 16 and 64 workers, about 30 minutes)
 #   make bench QUICK=1                short runs, under 3 minutes
 #   make bench DURATION=10s WORKERS=16 RTT=5ms STRATEGIES=mutex,queue
 # ---------------------------------------------------------------------------------------------

@@ -55,24 +55,24 @@ type Record struct {
 	// this one does not move with it (but it does with other load on the machine).
 	IdleRTTms      float64  `json:"idle_rtt_ms,omitempty"`
 	EfficiencyIdle *float64 `json:"efficiency_idle_rtt,omitempty"`
-	P50ms          *float64           `json:"p50_ms,omitempty"` // uncontended cycle latency
-	P99ms          *float64           `json:"p99_ms,omitempty"`
-	SlowestCallMs  float64            `json:"slowest_call_ms,omitempty"` // the slowest DynamoDB call of the run
-	SlowCalls      int64              `json:"slow_calls,omitempty"`      // calls slower than 500 ms: stalls of the engine or machine
-	Completions    int64              `json:"completions,omitempty"`
-	Errors         int64              `json:"errors,omitempty"`
-	ErrorSample    string             `json:"error_sample,omitempty"` // one of the errors
-	DurationS      float64            `json:"duration_s,omitempty"`
-	WarmupS        float64            `json:"warmup_s,omitempty"` // hot key: unmeasured start of the run
-	Rounds         int                `json:"rounds,omitempty"`
-	PerWorker      []int              `json:"per_worker,omitempty"`
-	TakeoverMode   string             `json:"takeover_mode,omitempty"`
-	LeaseMs        *float64           `json:"lease_ms,omitempty"`
-	Trials         int                `json:"trials,omitempty"`
-	TakeoverP50ms  *float64           `json:"takeover_p50_ms,omitempty"`
-	TakeoverMinMs  *float64           `json:"takeover_min_ms,omitempty"`
-	EarlyTakeovers *int               `json:"early_takeovers,omitempty"` // waiter in while the holder's lease was valid
-	HolderLost     *int               `json:"holder_lost,omitempty"`     // trials void: the holder's lease ran out before the crash
+	P50ms          *float64 `json:"p50_ms,omitempty"` // uncontended cycle latency
+	P99ms          *float64 `json:"p99_ms,omitempty"`
+	SlowestCallMs  float64  `json:"slowest_call_ms,omitempty"` // the slowest DynamoDB call of the run
+	SlowCalls      int64    `json:"slow_calls,omitempty"`      // calls slower than 500 ms: stalls of the engine or machine
+	Completions    int64    `json:"completions,omitempty"`
+	Errors         int64    `json:"errors,omitempty"`
+	ErrorSample    string   `json:"error_sample,omitempty"` // one of the errors
+	DurationS      float64  `json:"duration_s,omitempty"`
+	WarmupS        float64  `json:"warmup_s,omitempty"` // hot key: unmeasured start of the run
+	Rounds         int      `json:"rounds,omitempty"`
+	PerWorker      []int    `json:"per_worker,omitempty"`
+	TakeoverMode   string   `json:"takeover_mode,omitempty"`
+	LeaseMs        *float64 `json:"lease_ms,omitempty"`
+	Trials         int      `json:"trials,omitempty"`
+	TakeoverP50ms  *float64 `json:"takeover_p50_ms,omitempty"`
+	TakeoverMinMs  *float64 `json:"takeover_min_ms,omitempty"`
+	EarlyTakeovers *int     `json:"early_takeovers,omitempty"` // waiter in while the holder's lease was valid
+	HolderLost     *int     `json:"holder_lost,omitempty"`     // trials void: the holder's lease ran out before the crash
 }
 
 // Target is one of the issue's targets checked against a record.
