@@ -907,6 +907,8 @@ func (h *mutexHold) renew(ctx context.Context, l *Lease) error {
 			row := parseMutexRow(out.Attributes, h.wattr)
 			if d := row.leaseOf(row.ownTicket); row.ownEntry && d > 0 && d < l.duration {
 				l.renewsFor(d)
+			} else {
+				l.renewsFor(0)
 			}
 			return nil
 		case classify(err) == errCondition:

@@ -194,6 +194,15 @@ func (h *itemHold) endEntry(u expression.UpdateBuilder) expression.UpdateBuilder
 	return u
 }
 
+// withdrawal is the update that withdraws our waiting entry: removed, or a tombstone
+// where a late copy of our take could land (see tombWID).
+func (h *itemHold) withdrawal() expression.UpdateBuilder {
+	if h.tombWID != "" {
+		return expression.Set(h.il.waiterPath(h.tombWID), value(tombPrefix+strconv.FormatInt(h.il.cfg.clock.Now().UnixMilli(), 10)))
+	}
+	return expression.Remove(h.il.waiterPath(h.wid))
+}
+
 func (il *ItemLocker) waiterPath(wid string) expression.NameBuilder {
 	return name(il.attrs.Waiters + "." + wid)
 }
@@ -851,7 +860,7 @@ func (il *ItemLocker) withdraw(ctx context.Context, h *itemHold, leaseID string)
 		WithCondition(expression.And(
 			expression.LessThan(name(a.Serving), value(h.ticket)),
 			expression.AttributeExists(il.waiterPath(h.wid)))).
-		WithUpdate(h.endEntry(expression.UpdateBuilder{})))
+		WithUpdate(h.withdrawal()))
 	bo := backoff{base: 50 * time.Millisecond, cap: 500 * time.Millisecond}
 	for {
 		_, err := il.db.UpdateItem(ctx, conditionalUpdate(il.table, h.key, e, types.ReturnValueNone), noSDKRetry)
