@@ -29,8 +29,9 @@ import (
 //     permanent: retrying the event gives the same answer without re-deciding it;
 //   - otherwise one TransactWriteItems updates the stock record (conditioned on the
 //     result staying non-negative and on the lock's fencing token) and puts the marker
-//     (conditioned on its absence; it expires after AdjustmentMarkerRetention); in the
-//     legacy mode it also checks the lease (GuardCheck).
+//     (conditioned on its absence; it expires after AdjustmentMarkerRetention); a
+//     restock (delta > 0), and in the legacy mode every adjustment, also checks the
+//     lease (GuardCheck).
 //
 // The marker and the stock are read in one strongly consistent BatchGetItem.
 //
@@ -103,12 +104,18 @@ func (s *Service) ApplyAdjustment(ctx context.Context, a Adjustment) (applied bo
 		buildUpdate(s.t.Inventory, stockKey(a.SKU), upd, &cond),
 		buildPut(s.t.Inventory, mk, expression.AttributeNotExists(name(attrPK))),
 	}
-	if s.legacy {
-		// The behaviour the demo compares against guarded the lease as well. The fenced,
-		// relative stock update and the marker's absence condition are the guard: a
-		// holder that lost the lease cannot write over a newer holder's update (the
-		// fence), make the stock negative (the condition) or apply the adjustment twice
-		// (the marker) — as for the orders' decisions (see writeDecisions).
+	if s.legacy || a.Delta > 0 {
+		// A restock is guarded by the lease itself (a ConditionCheck of the lock row).
+		// The fence alone does not keep a holder that lost its lease from writing while
+		// a newer holder that has not written the stock yet — it read it and is about to
+		// record a rejection, which writes no stock — holds the lock: the stale restock
+		// would land under it, and the rejection be recorded, for good, against stock
+		// that was no longer true (found by an outside review). A write-off or a
+		// reservation only lowers the stock, relative and conditioned on the result
+		// staying non-negative: landing late it cannot make a newer holder's decision
+		// wrong (a rejection stays right, an acceptance fails its condition and is
+		// decided again), so those stay unguarded (see writeDecisions). The legacy mode,
+		// the behaviour the demo compares against, guarded every adjustment.
 		guard, err := mu.GuardCheck(l)
 		if err != nil {
 			done()
