@@ -286,11 +286,7 @@ func TestAmbiguousVersionedWriteThenDeleteAppliedOnce(t *testing.T) {
 				merges++
 				return map[string]types.AttributeValue{"task": &types.AttributeValueMemberS{Value: "charge " + strconv.Itoa(merges)}}, nil
 			})
-			out, gerr := e.db.GetItem(ctx, &dynamodb.GetItemInput{TableName: aws.String(e.data), Key: dataKey("job"), ConsistentRead: aws.Bool(true)})
-			if gerr != nil {
-				t.Fatal(gerr)
-			}
-			if _, ok := out.Item["task"]; ok {
+			if _, ok := readData(t, e, dataKey("job"))["task"]; ok {
 				landed++
 			}
 			t.Logf("err=%v merges=%d landed=%d", err, merges, landed)

@@ -249,14 +249,6 @@ type mutexHold struct {
 	skippedStalled bool // this waiter skipped a holder that had stopped heartbeating
 }
 
-// endEntry adds the end of our ticket's entry to u: removed, or a tombstone (see tomb).
-func (h *mutexHold) endEntry(u expression.UpdateBuilder, now time.Time) expression.UpdateBuilder {
-	if h.tomb {
-		return u.Set(name(h.wattr), value(tombPrefix+strconv.FormatInt(now.UnixMilli(), 10)))
-	}
-	return u.Remove(name(h.wattr))
-}
-
 func (m *Mutex) newHold(key, ns, id string) *mutexHold {
 	return &mutexHold{m: m, key: key, ns: ns, id: id, wattr: waiterPrefix + id, dattr: detailPrefix + id}
 }
@@ -763,7 +755,7 @@ func (m *Mutex) withdraw(ctx context.Context, h *mutexHold) {
 		WithCondition(expression.And(
 			expression.LessThan(name(attrServing), name(h.wattr)),
 			expression.Equal(name(attrLife), value(h.life)))).
-		WithUpdate(h.endEntry(expression.Remove(name(h.dattr)), m.cfg.clock.Now())))
+		WithUpdate(endEntry(expression.Remove(name(h.dattr)), h.wattr, h.tomb, m.cfg.clock.Now())))
 	// Keep trying while the detached context lasts (5 s): a waiter cut off from DynamoDB
 	// for longer leaves its ticket behind, and it is skipped after a lease.
 	bo := backoff{base: 50 * time.Millisecond, cap: 500 * time.Millisecond}
@@ -801,7 +793,7 @@ func (m *Mutex) withdrawUnknown(ctx context.Context, h *mutexHold) {
 	now := m.cfg.clock.Now()
 	e := expr(expression.NewBuilder().
 		WithCondition(expression.AttributeNotExists(name(h.wattr))).
-		WithUpdate(expression.Set(name(h.wattr), value(tombPrefix+strconv.FormatInt(now.UnixMilli(), 10))).
+		WithUpdate(expression.Set(name(h.wattr), value(tombstone(now))).
 			Set(name(attrExpiresAt), expression.IfNotExists(name(attrExpiresAt), value(m.cfg.ttlAt(now, m.cfg.lease+m.cfg.ttlGrace))))))
 	bo := backoff{base: 50 * time.Millisecond, cap: 500 * time.Millisecond}
 	for { // while rctx lasts (5 s), as withdraw
@@ -963,7 +955,7 @@ func (h *mutexHold) release(ctx context.Context, l *Lease) error {
 			Add(name(attrRev), value(1)).
 			Remove(name(h.dattr)).
 			Remove(name(attrHOwner))
-		upd = h.endEntry(upd, now)
+		upd = endEntry(upd, h.wattr, h.tomb, now)
 		if shared > 0 {
 			upd = upd.Set(name(attrHoldMs), value(shared))
 		}

@@ -937,11 +937,7 @@ func TestItemAttachedLostWriteIsNotReportedLanded(t *testing.T) {
 	}
 	f.armed.Store(true)
 	_, err = lb.UpdateAndRelease(ctx, expression.Set(expression.Name("v"), expression.Value(1)), expression.ConditionBuilder{})
-	out, gerr := e.db.GetItem(ctx, &dynamodb.GetItemInput{TableName: aws.String(e.data), Key: dataKey("att"), ConsistentRead: aws.Bool(true)})
-	if gerr != nil {
-		t.Fatal(gerr)
-	}
-	if _, landed := out.Item["v"]; err == nil && !landed {
+	if _, landed := readData(t, e, dataKey("att"))["v"]; err == nil && !landed {
 		t.Fatal("UpdateAndRelease reported success, but its write never reached the item")
 	}
 	if lc != nil {
@@ -993,11 +989,8 @@ func TestItemSetIfAbsentWaitsForTheLock(t *testing.T) {
 	if v, _ := got["v"].(*types.AttributeValueMemberN); v == nil || v.Value != "1" {
 		t.Errorf("w's item: v %v, want a's 1", got["v"])
 	}
-	out, err := e.db.GetItem(ctx, &dynamodb.GetItemInput{TableName: aws.String(e.data), Key: dataKey("init"), ConsistentRead: aws.Bool(true)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if s, _ := out.Item["status"].(*types.AttributeValueMemberS); s == nil || s.Value != "PENDING" {
-		t.Errorf("stored status %v, want PENDING", out.Item["status"])
+	stored := readData(t, e, dataKey("init"))
+	if s, _ := stored["status"].(*types.AttributeValueMemberS); s == nil || s.Value != "PENDING" {
+		t.Errorf("stored status %v, want PENDING", stored["status"])
 	}
 }

@@ -186,7 +186,7 @@ type itemHold struct {
 // where a late copy of our take could land (see tombWID).
 func (h *itemHold) endEntry(u expression.UpdateBuilder) expression.UpdateBuilder {
 	if h.tombWID != "" {
-		u = u.Set(h.il.waiterPath(h.tombWID), value(tombPrefix+strconv.FormatInt(h.il.cfg.clock.Now().UnixMilli(), 10)))
+		u = u.Set(h.il.waiterPath(h.tombWID), value(tombstone(h.il.cfg.clock.Now())))
 	}
 	if h.wid != "" && h.entry && h.wid != h.tombWID {
 		u = u.Remove(h.il.waiterPath(h.wid))
@@ -198,7 +198,7 @@ func (h *itemHold) endEntry(u expression.UpdateBuilder) expression.UpdateBuilder
 // where a late copy of our take could land (see tombWID).
 func (h *itemHold) withdrawal() expression.UpdateBuilder {
 	if h.tombWID != "" {
-		return expression.Set(h.il.waiterPath(h.tombWID), value(tombPrefix+strconv.FormatInt(h.il.cfg.clock.Now().UnixMilli(), 10)))
+		return expression.Set(h.il.waiterPath(h.tombWID), value(tombstone(h.il.cfg.clock.Now())))
 	}
 	return expression.Remove(h.il.waiterPath(h.wid))
 }
@@ -910,7 +910,7 @@ func (il *ItemLocker) withdrawUnknown(ctx context.Context, h *itemHold, leaseID 
 	now := il.cfg.clock.Now()
 	e := expr(expression.NewBuilder().
 		WithCondition(expression.And(expression.AttributeExists(name(a.Waiters)), expression.AttributeNotExists(il.waiterPath(h.wid)))).
-		WithUpdate(expression.Set(il.waiterPath(h.wid), value(tombPrefix+strconv.FormatInt(now.UnixMilli(), 10)))))
+		WithUpdate(expression.Set(il.waiterPath(h.wid), value(tombstone(now)))))
 	bo := backoff{base: 50 * time.Millisecond, cap: 500 * time.Millisecond}
 	for {
 		_, err := il.db.UpdateItem(rctx, conditionalUpdate(il.table, h.key, e, types.ReturnValueNone), noSDKRetry)

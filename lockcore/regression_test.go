@@ -63,13 +63,19 @@ func (f *faulty) GetItem(ctx context.Context, in *dynamodb.GetItemInput, o ...fu
 
 func updExpr(in *dynamodb.UpdateItemInput) string { return aws.ToString(in.UpdateExpression) }
 
-func readN(t *testing.T, e *env, key map[string]types.AttributeValue) string {
+// readData reads a data item, strongly consistent (nil: absent).
+func readData(t *testing.T, e *env, key map[string]types.AttributeValue) map[string]types.AttributeValue {
 	t.Helper()
 	out, err := e.db.GetItem(context.Background(), &dynamodb.GetItemInput{TableName: aws.String(e.data), Key: key, ConsistentRead: aws.Bool(true)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if v, ok := out.Item["n"].(*types.AttributeValueMemberN); ok {
+	return out.Item
+}
+
+func readN(t *testing.T, e *env, key map[string]types.AttributeValue) string {
+	t.Helper()
+	if v, ok := readData(t, e, key)["n"].(*types.AttributeValueMemberN); ok {
 		return v.Value
 	}
 	return "<none>"

@@ -191,12 +191,16 @@ type ticketHold struct {
 	skippedStalled bool // this waiter skipped a holder that had stopped heartbeating
 }
 
-// endEntry adds the end of our ticket's entry to u: removed, or a tombstone (see tomb).
-func (h *ticketHold) endEntry(u expression.UpdateBuilder, now time.Time) expression.UpdateBuilder {
-	if h.tomb {
-		return u.Set(name(h.wattr), value(tombPrefix+strconv.FormatInt(now.UnixMilli(), 10)))
+// tombstone is the value of a withdrawn (or uncertain) ticket entry written at now.
+func tombstone(now time.Time) string { return tombPrefix + strconv.FormatInt(now.UnixMilli(), 10) }
+
+// endEntry adds the end of a ticket's entry attr to u (TicketLock, Mutex): removed, or a
+// tombstone where a late copy of an ambiguous request for it could still land.
+func endEntry(u expression.UpdateBuilder, attr string, tomb bool, now time.Time) expression.UpdateBuilder {
+	if tomb {
+		return u.Set(name(attr), value(tombstone(now)))
 	}
-	return u.Remove(name(h.wattr))
+	return u.Remove(name(attr))
 }
 
 // Acquire takes a ticket and waits for its turn, as the wait policy says (default: until
@@ -556,7 +560,7 @@ func (t *TicketLock) withdraw(ctx context.Context, h *ticketHold) {
 			expression.LessThan(name(attrServing), value(h.ticket)),
 			expression.Equal(name(attrLife), value(h.life)),
 			expression.AttributeExists(name(h.wattr)))).
-		WithUpdate(h.endEntry(expression.Set(name(attrExpiresAt), value(t.expiry(t.cfg.clock.Now(), 0))), t.cfg.clock.Now())))
+		WithUpdate(endEntry(expression.Set(name(attrExpiresAt), value(t.expiry(t.cfg.clock.Now(), 0))), h.wattr, h.tomb, t.cfg.clock.Now())))
 	// Keep trying while the detached context lasts (5 s): a waiter cut off from DynamoDB
 	// for longer leaves its ticket behind, and it is skipped after a lease.
 	bo := backoff{base: 50 * time.Millisecond, cap: 500 * time.Millisecond}
@@ -618,7 +622,7 @@ func (t *TicketLock) withdrawUnknown(ctx context.Context, key, ns string, h *tic
 	now := t.cfg.clock.Now()
 	e := expr(expression.NewBuilder().
 		WithCondition(expression.AttributeNotExists(name(h.wattr))).
-		WithUpdate(expression.Set(name(h.wattr), value(tombPrefix+strconv.FormatInt(now.UnixMilli(), 10))).
+		WithUpdate(expression.Set(name(h.wattr), value(tombstone(now))).
 			Set(name(attrExpiresAt), value(t.expiry(now, 0)))))
 	bo := backoff{base: 50 * time.Millisecond, cap: 500 * time.Millisecond}
 	for { // while rctx lasts (5 s), as withdraw
@@ -776,10 +780,10 @@ func (h *ticketHold) release(ctx context.Context, l *Lease) error {
 	bo := backoff{base: t.cfg.backoffBase, cap: t.cfg.backoffCap}
 	uncertain := false
 	for {
-		upd := h.endEntry(expression.Set(name(attrServing), value(h.ticket+1)).
+		upd := endEntry(expression.Set(name(attrServing), value(h.ticket+1)).
 			Set(name(attrRel), value(h.ticket)).
 			Set(name(attrExpiresAt), value(t.expiry(t.cfg.clock.Now(), l.duration))).
-			Add(name(attrRev), value(1)), t.cfg.clock.Now())
+			Add(name(attrRev), value(1)), h.wattr, h.tomb, t.cfg.clock.Now())
 		for _, tomb := range h.gc {
 			upd = upd.Remove(name(tomb))
 		}

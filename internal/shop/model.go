@@ -261,55 +261,54 @@ func objectUnmarshal(prefix string, b []byte, v any) (ignored []string, err erro
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
 		return nil, fieldErr(prefix, "unexpected data after the JSON object")
 	}
-	// The object decoded, so it decodes as a map too. encoding/json matches names without
+	// The object decoded, so its keys can be walked. encoding/json matches names without
 	// regard to case; so does this check.
-	var keys map[string]json.RawMessage
-	if err := json.Unmarshal(trimmed, &keys); err != nil {
-		return nil, jsonFieldErr(prefix, err)
-	}
-	known := knownFields(reflect.TypeOf(v).Elem())
-	if err := repeatedKey(prefix, trimmed, known); err != nil {
+	keys, err := objectKeys(prefix, trimmed)
+	if err != nil {
 		return nil, err
 	}
-	for k := range keys {
-		if !slices.ContainsFunc(known, func(f string) bool { return strings.EqualFold(f, k) }) {
-			ignored = append(ignored, join(prefix, k))
+	known := knownFields(reflect.TypeOf(v).Elem())
+	seen := map[string]bool{}
+	for _, k := range keys {
+		i := slices.IndexFunc(known, func(f string) bool { return strings.EqualFold(f, k) })
+		switch {
+		case i < 0:
+			if p := join(prefix, k); !slices.Contains(ignored, p) {
+				ignored = append(ignored, p)
+			}
+		case seen[known[i]]:
+			// encoding/json keeps the last one, and another reader of the same message
+			// (a producer in another language, an auditor) may well take the first.
+			return nil, fieldErr(join(prefix, known[i]), "appears more than once (names match without regard to case)")
+		default:
+			seen[known[i]] = true
 		}
 	}
 	slices.Sort(ignored)
 	return ignored, nil
 }
 
-// repeatedKey refuses an object (already known to decode) that names one of the known
-// fields twice, in any case ("qty" and "QTY"): encoding/json keeps the last one, and
-// another reader of the same message (a producer in another language, an auditor) may
-// well take the first.
-func repeatedKey(prefix string, obj []byte, known []string) error {
+// objectKeys returns the keys of a JSON object (already known to decode), in order and
+// with repeats.
+func objectKeys(prefix string, obj []byte) ([]string, error) {
 	dec := json.NewDecoder(bytes.NewReader(obj))
 	if _, err := dec.Token(); err != nil { // {
-		return jsonFieldErr(prefix, err)
+		return nil, jsonFieldErr(prefix, err)
 	}
-	seen := map[string]bool{}
+	var keys []string
 	for dec.More() {
 		t, err := dec.Token()
 		if err != nil {
-			return jsonFieldErr(prefix, err)
+			return nil, jsonFieldErr(prefix, err)
 		}
 		k, _ := t.(string)
 		var skip json.RawMessage
 		if err := dec.Decode(&skip); err != nil {
-			return jsonFieldErr(prefix, err)
+			return nil, jsonFieldErr(prefix, err)
 		}
-		i := slices.IndexFunc(known, func(f string) bool { return strings.EqualFold(f, k) })
-		if i < 0 {
-			continue // ignored anyway
-		}
-		if seen[known[i]] {
-			return fieldErr(join(prefix, known[i]), "appears more than once (names match without regard to case)")
-		}
-		seen[known[i]] = true
+		keys = append(keys, k)
 	}
-	return nil
+	return keys, nil
 }
 
 // knownFields returns the JSON names of a struct type's fields.
