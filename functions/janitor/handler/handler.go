@@ -279,19 +279,39 @@ func (h *Handler) handleRecord(ctx context.Context, raw json.RawMessage, log *sl
 // abandoned reports an abandoned lease and resumes its work; redriven says whether an
 // order was sent back to the queue.
 func (h *Handler) abandoned(ctx context.Context, l AbandonedLease, via string, log *slog.Logger, m Metrics) (redriven bool, err error) {
+	log = h.report(ctx, l, via, log, m)
+	return h.resumeAll(ctx, l, log, m)
+}
+
+// report logs and counts an abandoned lease and returns log with the lease's attributes.
+func (h *Handler) report(ctx context.Context, l AbandonedLease, via string, log *slog.Logger, m Metrics) *slog.Logger {
 	put(m, MetricAbandonedLeases, 1)
-	log = log.With("lock", l.Key, "namespace", l.Namespace, "owner", l.Owner, "leaseId", l.LeaseID,
-		"leaseEnd", l.Until, "removedBy", via)
-	ids := l.OrderIDs
-	if len(ids) == 0 && l.OrderID != "" {
-		ids = []string{l.OrderID}
-	}
-	if len(ids) == 0 {
+	log = leaseLog(log, l, via)
+	if ids := leaseOrders(l); len(ids) > 0 {
+		log.WarnContext(ctx, "abandoned lease found: its holder died holding it", "orderIds", ids)
+	} else {
 		log.WarnContext(ctx, "abandoned lease found: its holder died holding it; no order to resume")
-		return false, nil
 	}
-	log.WarnContext(ctx, "abandoned lease found: its holder died holding it", "orderIds", ids)
-	for _, id := range ids {
+	return log
+}
+
+func leaseLog(log *slog.Logger, l AbandonedLease, via string) *slog.Logger {
+	return log.With("lock", l.Key, "namespace", l.Namespace, "owner", l.Owner, "leaseId", l.LeaseID,
+		"leaseEnd", l.Until, "removedBy", via)
+}
+
+// leaseOrders returns the orders whose work l protected.
+func leaseOrders(l AbandonedLease) []string {
+	if len(l.OrderIDs) == 0 && l.OrderID != "" {
+		return []string{l.OrderID}
+	}
+	return l.OrderIDs
+}
+
+// resumeAll re-drives every order of an abandoned lease that is not decided; redriven
+// says whether one was sent back to the queue.
+func (h *Handler) resumeAll(ctx context.Context, l AbandonedLease, log *slog.Logger, m Metrics) (redriven bool, err error) {
+	for _, id := range leaseOrders(l) {
 		r, err := h.resume(ctx, id, log.With("orderId", id), m)
 		if err != nil {
 			return redriven, err
@@ -393,6 +413,22 @@ func (h *Handler) sweepRow(ctx context.Context, it map[string]types.AttributeVal
 		strings.HasPrefix(pk.Value, reservedPrefix) || strings.HasSuffix(sk.Value, counterSuffix) {
 		return nil
 	}
+	// A held lease's work is resumed before its row goes: the sweep's deletion is no TTL
+	// deletion, so no stream record names the lease again, and once the row is gone no
+	// later sweep finds it either. A re-drive that fails keeps the row for the next sweep
+	// (the order's own message may be gone: its receives used up). Should the delete then
+	// find the row renewed, the re-drive was a duplicate, which order processing ignores.
+	l, held := decodeLockImage(streamImage(it), pk.Value, sk.Value)
+	redriven := false
+	if held {
+		r, err := h.resumeAll(ctx, l, leaseLog(h.log, l, "sweep"), m)
+		if err != nil {
+			h.log.ErrorContext(ctx, "sweep kept an abandoned lease whose work could not be resumed; the next sweep tries again",
+				"lock", l.Key, "namespace", l.Namespace, "error", err.Error())
+			return nil
+		}
+		redriven = r
+	}
 	// Unchanged since the scan: same expiry (renewals and releases move it) and same
 	// lease version (every acquisition and renewal bumps it).
 	cond := expression.Name("expiresAt").Equal(expression.Value(exp))
@@ -424,18 +460,11 @@ func (h *Handler) sweepRow(ctx context.Context, it map[string]types.AttributeVal
 	}
 	res.Deleted++
 	put(m, MetricSweptRows, 1)
-	l, held := decodeLockImage(streamImage(it), pk.Value, sk.Value)
 	if !held {
 		return nil
 	}
 	res.Abandoned++
-	redriven, err := h.abandoned(ctx, l, "sweep", h.log, m)
-	if err != nil {
-		// The row is gone, so no later sweep finds it again; the order's own message
-		// still redelivers it. Report and go on.
-		h.log.ErrorContext(ctx, "sweep could not resume the work of an abandoned lease", "lock", l.Key, "error", err.Error())
-		return nil
-	}
+	h.report(ctx, l, "sweep", h.log, m)
 	if redriven {
 		res.Redriven++
 	}

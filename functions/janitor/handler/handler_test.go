@@ -469,3 +469,42 @@ func TestSweepNeverDeletesARenewedLease(t *testing.T) {
 		t.Errorf("live lease after the scheduled sweep: %+v, %v", info, err)
 	}
 }
+
+// The sweep deletes an abandoned lease's row only once the lease's work is resumed: the
+// deletion is no TTL deletion, so no stream record will name the lease again, and a
+// re-drive that failed (SQS throttled or down) must be tried again by the next sweep.
+// The order's own message may be gone (its receives used up, moved to the DLQ): the
+// janitor's re-drive is then the only way the order is ever decided.
+func TestSweepKeepsAnAbandonedLeaseWhoseReDriveFailed(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	dead := shop.Order{OrderID: "ord-sweep-dead", CustomerID: "c", Lines: []shop.Line{{SKU: "SWEEP-SKU", Qty: 1}}}
+	f.crashOrder(t, shop.CrashStockLocked, dead)
+	j := handler.New(f.hdb, f.tables.Locks, f.hsvc, f.redrive,
+		handler.WithLogger(slog.New(slog.DiscardHandler)),
+		handler.WithMetrics(func(context.Context) handler.Metrics { return emf.New(f.metrics, "test") }),
+		handler.WithClock(func() time.Time { return time.Now().Add(48 * time.Hour) }),
+		handler.WithMinAge(time.Hour))
+
+	f.redrive.err = errors.New("SQS is down")
+	res, err := j.Sweep(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Redriven != 0 {
+		t.Fatalf("first sweep = %+v, want nothing re-driven (SQS is down)", res)
+	}
+
+	f.redrive.err = nil
+	res, err = j.Sweep(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ids := f.redrive.ids(); !slices.Equal(ids, []string{dead.OrderID}) {
+		t.Fatalf("after SQS recovered the sweep re-drove %v (sweep %+v), want [%s]: the abandoned lease's order was lost",
+			ids, res, dead.OrderID)
+	}
+	if res.Deleted != 1 || res.Abandoned != 1 || res.Redriven != 1 {
+		t.Errorf("second sweep = %+v, want the abandoned row deleted and its order re-driven", res)
+	}
+}
