@@ -277,15 +277,19 @@ func (h *Handler) handleRecord(ctx context.Context, raw json.RawMessage, log *sl
 }
 
 // abandoned reports an abandoned lease and resumes its work; redriven says whether an
-// order was sent back to the queue.
+// order was sent back to the queue. The lease is counted (AbandonedLeases) once its work
+// is resumed: a record that fails is retried by Lambda, and one lease must count once.
 func (h *Handler) abandoned(ctx context.Context, l AbandonedLease, via string, log *slog.Logger, m Metrics) (redriven bool, err error) {
-	log = h.report(ctx, l, via, log, m)
-	return h.resumeAll(ctx, l, log, m)
+	log = h.report(ctx, l, via, log)
+	if redriven, err = h.resumeAll(ctx, l, log, m); err != nil {
+		return redriven, err
+	}
+	put(m, MetricAbandonedLeases, 1)
+	return redriven, nil
 }
 
-// report logs and counts an abandoned lease and returns log with the lease's attributes.
-func (h *Handler) report(ctx context.Context, l AbandonedLease, via string, log *slog.Logger, m Metrics) *slog.Logger {
-	put(m, MetricAbandonedLeases, 1)
+// report logs an abandoned lease and returns log with the lease's attributes.
+func (h *Handler) report(ctx context.Context, l AbandonedLease, via string, log *slog.Logger) *slog.Logger {
 	log = leaseLog(log, l, via)
 	if ids := leaseOrders(l); len(ids) > 0 {
 		log.WarnContext(ctx, "abandoned lease found: its holder died holding it", "orderIds", ids)
@@ -464,7 +468,8 @@ func (h *Handler) sweepRow(ctx context.Context, it map[string]types.AttributeVal
 		return nil
 	}
 	res.Abandoned++
-	h.report(ctx, l, "sweep", h.log, m)
+	h.report(ctx, l, "sweep", h.log)
+	put(m, MetricAbandonedLeases, 1)
 	if redriven {
 		res.Redriven++
 	}

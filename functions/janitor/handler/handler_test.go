@@ -508,3 +508,42 @@ func TestSweepKeepsAnAbandonedLeaseWhoseReDriveFailed(t *testing.T) {
 		t.Errorf("second sweep = %+v, want the abandoned row deleted and its order re-driven", res)
 	}
 }
+
+// failFirst is a Redriver that fails its first call (SQS throttled) and then sends.
+type failFirst struct {
+	capture
+	calls int
+}
+
+func (f *failFirst) Redrive(ctx context.Context, o shop.Order) error {
+	f.calls++
+	if f.calls == 1 {
+		return errors.New("SQS throttled")
+	}
+	return f.capture.Redrive(ctx, o)
+}
+
+// A stream record whose re-drive failed is retried by Lambda: the abandoned lease it
+// reports is one lease, counted once (AbandonedLeases is what the demo and the alarm
+// compare with the TTL deletions of held leases), not once per attempt.
+func TestRetriedRecordCountsItsAbandonedLeaseOnce(t *testing.T) {
+	f := newFixture(t)
+	f.crashOrder(t, shop.CrashStockLocked, crashed)
+	rd := &failFirst{}
+	f.h = handler.New(f.hdb, f.tables.Locks, f.hsvc, rd,
+		handler.WithLogger(slog.New(slog.DiscardHandler)),
+		handler.WithMetrics(func(context.Context) handler.Metrics { return emf.New(f.metrics, "test") }))
+	ttl := streamEvent(t, "dynamodb-ttl-remove.json", f.lockRow(t, shop.SKULockKey("MUG-RED-350")))
+	if failed := f.handle(t, ttl); len(failed) != 1 {
+		t.Fatalf("first attempt: failures %v, want the record (its re-drive failed)", failed)
+	}
+	if failed := f.handle(t, ttl); len(failed) != 0 { // Lambda's retry of the record
+		t.Fatalf("retry: failures %v", failed)
+	}
+	if ids := rd.ids(); !slices.Equal(ids, []string{crashed.OrderID}) {
+		t.Fatalf("re-driven %v", ids)
+	}
+	if n := strings.Count(f.metrics.String(), `"AbandonedLeases":1`); n != 1 {
+		t.Errorf("one abandoned lease counted %d times:\n%s", n, f.metrics)
+	}
+}
