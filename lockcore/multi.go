@@ -61,7 +61,8 @@ func (ml *MultiLease) Release(ctx context.Context) error {
 // earlier keys, a waiter times its reads of the next key close to its turn, so that it
 // does not hold them needlessly long.
 // The wait policy covers the whole set. On failure every lock already taken is released
-// and the error names the key that could not be had.
+// and the error names the key that could not be had; a key whose lease was lost while a
+// later key was waited for fails the set too (ErrLeaseLost).
 func (m *Mutex) AcquireAll(ctx context.Context, keys []string, opts ...AcquireOption) (*MultiLease, error) {
 	if len(keys) == 0 {
 		return nil, invalidKey("keys", "must not be empty")
@@ -93,12 +94,29 @@ func (m *Mutex) AcquireAll(ctx context.Context, keys []string, opts ...AcquireOp
 		}
 		l, err := m.Acquire(ctx, k, kopts...)
 		if err != nil {
-			rctx, cancel := detached(ctx)
-			_ = ml.Release(rctx)
-			cancel()
-			return nil, fmt.Errorf("lockcore: acquire all (%d keys): key %q: %w", len(sorted), k, err)
+			return nil, ml.abandon(ctx, len(sorted), k, err)
 		}
 		ml.leases = append(ml.leases, l)
 	}
+	// A key taken earlier may have been lost while a later one was waited for: its
+	// heartbeat found it gone, or, with heartbeats off, its validity ran out and a waiter
+	// may have skipped it. Renew what has no validity left; the set is all or nothing.
+	for _, l := range ml.leases {
+		err := l.Err()
+		if err == nil && l.Remaining() <= 0 {
+			err = l.Renew(ctx)
+		}
+		if err != nil {
+			return nil, ml.abandon(ctx, len(sorted), l.key, err)
+		}
+	}
 	return ml, nil
+}
+
+// abandon releases the keys taken so far and explains why key could not be had.
+func (ml *MultiLease) abandon(ctx context.Context, n int, key string, err error) error {
+	rctx, cancel := detached(ctx)
+	_ = ml.Release(rctx)
+	cancel()
+	return fmt.Errorf("lockcore: acquire all (%d keys): key %q: %w", n, key, err)
 }

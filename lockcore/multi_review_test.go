@@ -1,0 +1,130 @@
+package lockcore_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/turnstile-locks/turnstile/lockcore"
+)
+
+// waitHeld polls until key is held (by anyone).
+func waitHeld(t *testing.T, ctx context.Context, m *lockcore.Mutex, key string) {
+	t.Helper()
+	for {
+		if held, err := m.IsLocked(ctx, key); err == nil && held {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("%s never held", key)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// AcquireAll must not return a set in which a key is no longer held. With automatic
+// heartbeats off (WithHeartbeat(0): the caller renews), the lease on an earlier key runs
+// out while AcquireAll waits for a later one; a waiter then skips the stalled ticket and
+// holds the key, yet AcquireAll returned success with the expired lease in the set, so
+// the caller worked on the key beside its new holder.
+func TestAcquireAllNeverReturnsAnExpiredKey(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ctx := ctxT(t, time.Minute)
+	a, _ := lockcore.NewMutex(e.db, e.locks, fast("a", lockcore.WithHeartbeat(0))...)
+	c, _ := lockcore.NewMutex(e.db, e.locks, fast("c")...)
+	d, _ := lockcore.NewMutex(e.db, e.locks, fast("d")...)
+	lc, err := c.Acquire(ctx, "m2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	type res struct {
+		ml  *lockcore.MultiLease
+		err error
+	}
+	done := make(chan res, 1)
+	go func() {
+		ml, err := a.AcquireAll(ctx, []string{"m1", "m2"})
+		done <- res{ml, err}
+	}()
+	waitHeld(t, ctx, c, "m1") // a holds m1 and waits for m2
+	// d queues for m1 and, after a lease of a's ticket unchanged, skips it.
+	ld, err := d.Acquire(ctx, "m1", lockcore.WaitUpTo(20*time.Second))
+	if err != nil {
+		t.Fatalf("d: %v", err)
+	}
+	defer func() { _ = ld.Release(context.Background()) }()
+	if err := lc.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	r := <-done
+	if r.err == nil {
+		defer func() { _ = r.ml.Release(context.Background()) }()
+		l := r.ml.Leases()[0]
+		t.Fatalf("AcquireAll succeeded while d holds m1 (a's m1 lease: Err %v, Remaining %v)", l.Err(), l.Remaining())
+	}
+	if !errors.Is(r.err, lockcore.ErrLeaseLost) {
+		t.Fatalf("want ErrLeaseLost, got %v", r.err)
+	}
+	t.Logf("AcquireAll: %v", r.err)
+	// Nothing of a's is left on m2.
+	if _, err := d.TryAcquire(ctx, "m2"); err != nil {
+		t.Fatalf("m2 left locked: %v", err)
+	}
+}
+
+// The same with heartbeats on: a heartbeat that finds an earlier key's lease lost (the row
+// removed behind the holder's back, and the key taken by another client) while AcquireAll
+// waits for a later key. AcquireAll returned success with the lost lease in the set.
+func TestAcquireAllNeverReturnsALostKey(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ctx := ctxT(t, time.Minute)
+	a, _ := lockcore.NewMutex(e.db, e.locks, fast("a", lockcore.WithHeartbeat(500*time.Millisecond))...)
+	c, _ := lockcore.NewMutex(e.db, e.locks, fast("c")...)
+	d, _ := lockcore.NewMutex(e.db, e.locks, fast("d")...)
+	lc, err := c.Acquire(ctx, "n2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	type res struct {
+		ml  *lockcore.MultiLease
+		err error
+	}
+	done := make(chan res, 1)
+	go func() {
+		ml, err := a.AcquireAll(ctx, []string{"n1", "n2"})
+		done <- res{ml, err}
+	}()
+	waitHeld(t, ctx, c, "n1")
+	if _, err := e.db.DeleteItem(ctx, &dynamodb.DeleteItemInput{TableName: aws.String(e.locks), Key: map[string]types.AttributeValue{
+		"pk": &types.AttributeValueMemberS{Value: "n1"}, "sk": &types.AttributeValueMemberS{Value: "lock"}}}); err != nil {
+		t.Fatal(err)
+	}
+	ld, err := d.TryAcquire(ctx, "n1")
+	if err != nil {
+		t.Fatalf("d: %v", err)
+	}
+	defer func() { _ = ld.Release(context.Background()) }()
+	time.Sleep(time.Second) // a's heartbeat on n1 finds its lease gone
+	if err := lc.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	r := <-done
+	if r.err == nil {
+		defer func() { _ = r.ml.Release(context.Background()) }()
+		t.Fatalf("AcquireAll succeeded while d holds n1 (set's Err: %v)", r.ml.Err())
+	}
+	if !errors.Is(r.err, lockcore.ErrLeaseLost) {
+		t.Fatalf("want ErrLeaseLost, got %v", r.err)
+	}
+	if _, err := d.TryAcquire(ctx, "n2"); err != nil {
+		t.Fatalf("n2 left locked: %v", err)
+	}
+}
