@@ -71,14 +71,14 @@ func (m *Mutex) AcquireAll(ctx context.Context, keys []string, opts ...AcquireOp
 	if err != nil {
 		return nil, err
 	}
-	sorted := slices.Clone(keys)
-	slices.Sort(sorted)
-	sorted = slices.Compact(sorted)
-	for i, k := range sorted {
+	for i, k := range keys { // before sorting: the error names the caller's index
 		if err := m.validate(k, ac.namespace); err != nil {
 			return nil, fmt.Errorf("keys[%d]: %w", i, err)
 		}
 	}
+	sorted := slices.Clone(keys)
+	slices.Sort(sorted)
+	sorted = slices.Compact(sorted)
 	start := m.cfg.clock.Now()
 	ml := &MultiLease{}
 	for i, k := range sorted {

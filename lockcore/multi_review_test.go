@@ -3,6 +3,7 @@ package lockcore_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -126,5 +127,23 @@ func TestAcquireAllNeverReturnsALostKey(t *testing.T) {
 	}
 	if _, err := d.TryAcquire(ctx, "n2"); err != nil {
 		t.Fatalf("n2 left locked: %v", err)
+	}
+}
+
+// A rejected key is named by its index in the caller's slice. AcquireAll validated the
+// sorted, deduplicated copy and reported that copy's index: for {"b", "c", ""} it blamed
+// keys[0] ("b").
+func TestAcquireAllNamesTheCallersIndex(t *testing.T) {
+	m, err := lockcore.NewMutex(stubDB{}, "t")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = m.AcquireAll(context.Background(), []string{"b", "c", ""})
+	var oe *lockcore.OptionError
+	if !errors.As(err, &oe) || oe.Field != "key" {
+		t.Fatalf("want an OptionError on key, got %v", err)
+	}
+	if !strings.Contains(err.Error(), "keys[2]") {
+		t.Fatalf("the empty key is keys[2]; error says %q", err)
 	}
 }
