@@ -147,3 +147,31 @@ func TestAcquireAllNamesTheCallersIndex(t *testing.T) {
 		t.Fatalf("the empty key is keys[2]; error says %q", err)
 	}
 }
+
+// SetIfAbsent names top-level attributes. A name with path characters made ItemLocker's
+// Acquire panic while building its expression ("a[", "a..b", ".a") or fail at DynamoDB
+// with a ValidationException ("a.b", read as a document path) instead of an OptionError
+// naming the option.
+func TestSetIfAbsentRefusesPathNames(t *testing.T) {
+	e := newEnv(t)
+	ctx := ctxT(t, 30*time.Second)
+	il, _ := lockcore.NewItemLocker(e.db, e.data, fast("a")...)
+	for _, n := range []string{"a[", "a..b", ".a", "a.b", "a[0]"} {
+		func() {
+			defer func() {
+				if r := recover(); r != nil {
+					t.Errorf("%q: Acquire panicked: %v", n, r)
+				}
+			}()
+			l, err := il.Acquire(ctx, dataKey("init"), lockcore.SetIfAbsent(map[string]types.AttributeValue{
+				n: &types.AttributeValueMemberS{Value: "v"}}))
+			if l != nil {
+				_ = l.Release(ctx)
+			}
+			var oe *lockcore.OptionError
+			if !errors.As(err, &oe) || oe.Field != "setIfAbsent" {
+				t.Errorf("%q: want an OptionError on setIfAbsent, got %v", n, err)
+			}
+		}()
+	}
+}

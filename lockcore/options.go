@@ -446,8 +446,8 @@ func Data(b []byte) AcquireOption {
 // renewal that claims the handed-over lease, before Acquire returns, and only when one
 // is missing): a waiter must not change an item another client holds — that holder may
 // have read the attribute absent, or removed it. An existing attribute is never changed.
-// attrs may not name the item's key or lock attributes, nor be empty; only an
-// ItemLocker takes it.
+// attrs may not name the item's key or lock attributes, nor be empty; its names are
+// top-level attributes (no '.', '[' or ']'); only an ItemLocker takes it.
 //
 //	lease, err := items.Acquire(ctx, key, lockcore.SetIfAbsent(map[string]types.AttributeValue{
 //		"status": &types.AttributeValueMemberS{Value: "PENDING"},
@@ -458,8 +458,11 @@ func SetIfAbsent(attrs map[string]types.AttributeValue) AcquireOption {
 			return invalidOption("setIfAbsent", "must name at least one attribute")
 		}
 		for k, v := range attrs {
-			if k == "" || v == nil {
-				return invalidOption("setIfAbsent", "attribute names must be non-empty and values non-nil (%q)", k)
+			if err := validateAttrName("setIfAbsent", k); err != nil {
+				return err // names are top-level attributes, never document paths
+			}
+			if v == nil {
+				return invalidOption("setIfAbsent", "attribute values must be non-nil (%q)", k)
 			}
 		}
 		a.init = attrs
