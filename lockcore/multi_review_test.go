@@ -175,3 +175,27 @@ func TestSetIfAbsentRefusesPathNames(t *testing.T) {
 		}()
 	}
 }
+
+// shiftedClock is a Clock with a pointer receiver that reads its field.
+type shiftedClock struct{ off time.Duration }
+
+func (c *shiftedClock) Now() time.Time { return time.Now().Add(c.off) }
+
+// WithClock refuses a nil clock, but a typed nil pointer (a *shiftedClock left unset) was
+// accepted and made the first Acquire panic on the client's first Now. The db argument
+// already refuses typed nil pointers; the clock must too, with an OptionError on clock.
+func TestWithClockRefusesTypedNil(t *testing.T) {
+	var clk *shiftedClock
+	m, err := lockcore.NewMutex(stubDB{}, "t", lockcore.WithClock(clk))
+	var oe *lockcore.OptionError
+	if errors.As(err, &oe) && oe.Field == "clock" {
+		return
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			t.Fatalf("NewMutex accepted a nil *shiftedClock (err %v) and Acquire panicked: %v", err, r)
+		}
+	}()
+	_, aerr := m.Acquire(context.Background(), "k")
+	t.Fatalf("want an OptionError on clock from NewMutex, got %v (Acquire: %v)", err, aerr)
+}

@@ -170,6 +170,9 @@ func WithClock(clk Clock) Option {
 		if clk == nil {
 			return invalidOption("clock", "must not be nil")
 		}
+		if v := reflect.ValueOf(clk); v.Kind() == reflect.Pointer && v.IsNil() {
+			return invalidOption("clock", "must not be a nil %T", clk)
+		}
 		c.clock = clk
 		return nil
 	}
