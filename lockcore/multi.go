@@ -83,8 +83,11 @@ func (m *Mutex) AcquireAll(ctx context.Context, keys []string, opts ...AcquireOp
 	ml := &MultiLease{}
 	for i, k := range sorted {
 		policy := ac.wait
+		spent := false // WaitUpTo's time went to earlier keys: this one is only tried
 		if !policy.forever && policy.max > 0 {
-			policy = WaitUpTo(max(0, policy.max-m.cfg.clock.Now().Sub(start)))
+			left := policy.max - m.cfg.clock.Now().Sub(start)
+			spent = left <= 0
+			policy = WaitUpTo(max(0, left))
 		}
 		kopts := append(slices.Clone(opts), policy)
 		if i > 0 {
@@ -94,6 +97,11 @@ func (m *Mutex) AcquireAll(ctx context.Context, keys []string, opts ...AcquireOp
 		}
 		l, err := m.Acquire(ctx, k, kopts...)
 		if err != nil {
+			var he *HeldError
+			if spent && errors.As(err, &he) {
+				// The caller asked to wait, and the set's time ran out.
+				he.TimedOut, he.Waited = true, m.cfg.clock.Now().Sub(start)
+			}
 			return nil, ml.abandon(ctx, len(sorted), k, err)
 		}
 		ml.leases = append(ml.leases, l)

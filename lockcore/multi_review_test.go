@@ -199,3 +199,42 @@ func TestWithClockRefusesTypedNil(t *testing.T) {
 	_, aerr := m.Acquire(context.Background(), "k")
 	t.Fatalf("want an OptionError on clock from NewMutex, got %v (Acquire: %v)", err, aerr)
 }
+
+// slowKey delays every write to one lock key (a slow network, a throttled partition).
+type slowKey struct {
+	lockcore.DynamoDB
+	key   string
+	delay time.Duration
+}
+
+func (s *slowKey) UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput, o ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error) {
+	if v, ok := in.Key["pk"].(*types.AttributeValueMemberS); ok && v.Value == s.key {
+		time.Sleep(s.delay)
+	}
+	return s.DynamoDB.UpdateItem(ctx, in, o...)
+}
+
+// The wait policy covers the whole set: when WaitUpTo's time is spent on earlier keys
+// and a later key is held, AcquireAll must fail with ErrWaitTimeout, as Acquire does
+// when its time runs out. It turned the spent budget into NoWait and returned a plain
+// ErrLockHeld, as if the caller had asked not to wait.
+func TestAcquireAllSpentBudgetIsATimeout(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ctx := ctxT(t, 30*time.Second)
+	a, _ := lockcore.NewMutex(&slowKey{DynamoDB: e.db, key: "s1", delay: 400 * time.Millisecond}, e.locks, fast("a")...)
+	d, _ := lockcore.NewMutex(e.db, e.locks, fast("d")...)
+	ld, err := d.Acquire(ctx, "s2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = ld.Release(context.Background()) }()
+	_, err = a.AcquireAll(ctx, []string{"s1", "s2"}, lockcore.WaitUpTo(200*time.Millisecond))
+	mustNot(t, err, lockcore.ErrLockHeld)
+	if !errors.Is(err, lockcore.ErrWaitTimeout) {
+		t.Fatalf("WaitUpTo spent on s1, s2 held: want ErrWaitTimeout, got %v", err)
+	}
+	if _, err := d.TryAcquire(ctx, "s1"); err != nil {
+		t.Fatalf("s1 left locked: %v", err)
+	}
+}
