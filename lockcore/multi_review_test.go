@@ -3,6 +3,8 @@ package lockcore_test
 import (
 	"context"
 	"errors"
+	"math"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -236,5 +238,60 @@ func TestAcquireAllSpentBudgetIsATimeout(t *testing.T) {
 	}
 	if _, err := d.TryAcquire(ctx, "s1"); err != nil {
 		t.Fatalf("s1 left locked: %v", err)
+	}
+}
+
+// A held row's TTL lies a lease and the grace ahead. WithTTLGrace(math.MaxInt64) (the
+// natural way to say "never let TTL remove a held row") was accepted, and lease + grace
+// overflowed to a negative duration: once the client knew the server's clock, the rows it
+// held got an expiresAt about 292 years in the past. The option must be refused with an
+// error naming it, or the TTL must stay ahead.
+func TestTTLGraceOverflowRefused(t *testing.T) {
+	e := newEnv(t)
+	ctx := ctxT(t, 30*time.Second)
+	m, err := lockcore.NewMutex(e.db, e.locks, fast("a", lockcore.WithTTLGrace(math.MaxInt64))...)
+	var oe *lockcore.OptionError
+	if errors.As(err, &oe) && oe.Field == "ttlGrace" {
+		return
+	}
+	if err != nil {
+		t.Fatalf("want an OptionError on ttlGrace or none, got %v", err)
+	}
+	for range 2 { // the second acquisition knows the server's clock
+		l, err := m.Acquire(ctx, "g")
+		if err != nil {
+			t.Fatal(err)
+		}
+		out, err := e.db.GetItem(ctx, &dynamodb.GetItemInput{TableName: aws.String(e.locks), ConsistentRead: aws.Bool(true),
+			Key: map[string]types.AttributeValue{"pk": &types.AttributeValueMemberS{Value: "g"}, "sk": &types.AttributeValueMemberS{Value: "lock"}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		n, _ := out.Item["expiresAt"].(*types.AttributeValueMemberN)
+		ttl, _ := strconv.ParseInt(n.Value, 10, 64)
+		if ttl < time.Now().Unix() {
+			t.Fatalf("held row's expiresAt %s lies in the past", time.Unix(ttl, 0).UTC())
+		}
+		_ = l.Release(ctx)
+	}
+}
+
+// The same overflow through a per-call lease: LeaseDuration near math.MaxInt64 with the
+// default grace must be refused with an error naming the lease.
+func TestLeaseDurationOverflowRefused(t *testing.T) {
+	m, err := lockcore.NewMutex(stubDB{}, "t")
+	if err != nil {
+		t.Fatal(err)
+	}
+	huge := time.Duration(math.MaxInt64).Truncate(time.Millisecond)
+	defer func() {
+		if r := recover(); r != nil {
+			t.Fatalf("LeaseDuration(%s) reached DynamoDB (panic on the stub: %v)", huge, r)
+		}
+	}()
+	_, err = m.Acquire(context.Background(), "k", lockcore.LeaseDuration(huge))
+	var oe *lockcore.OptionError
+	if !errors.As(err, &oe) || oe.Field != "lease" {
+		t.Fatalf("want an OptionError on lease, got %v", err)
 	}
 }

@@ -2,6 +2,7 @@ package lockcore
 
 import (
 	"fmt"
+	"math"
 	"os"
 	"reflect"
 	"time"
@@ -304,6 +305,10 @@ func newConfig(opts []Option) (*config, error) {
 	if c.lease%time.Millisecond != 0 {
 		return nil, invalidOption("lease", "must be a whole number of milliseconds, got %s", c.lease)
 	}
+	if c.ttlGrace > math.MaxInt64-c.lease {
+		// Rows' TTLs lie a lease and the grace ahead: the sum must not wrap around.
+		return nil, invalidOption("ttlGrace", "plus the lease (%s) must fit a time.Duration, got %s", c.lease, c.ttlGrace)
+	}
 	if !c.hbSet {
 		c.heartbeat = c.lease / 2
 	}
@@ -514,6 +519,8 @@ func (c *config) acquireConfig(opts []AcquireOption) (*acquireConfig, error) {
 			return nil, invalidOption("lease", "must be at least %s (see WithMinLease), got %s", c.minLease, a.lease)
 		case a.lease%time.Millisecond != 0:
 			return nil, invalidOption("lease", "must be a whole number of milliseconds, got %s", a.lease)
+		case a.lease > math.MaxInt64-c.ttlGrace:
+			return nil, invalidOption("lease", "plus the TTL grace (%s) must fit a time.Duration, got %s", c.ttlGrace, a.lease)
 		case !c.hbSet:
 			a.heartbeat = a.lease / 2
 		case a.heartbeat >= a.lease:
