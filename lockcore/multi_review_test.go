@@ -16,16 +16,27 @@ import (
 	"github.com/turnstile-locks/turnstile/lockcore"
 )
 
-// waitHeld polls until key is held (by anyone).
-func waitHeld(t *testing.T, ctx context.Context, m *lockcore.Mutex, key string) {
+// waitLockQueued polls until key's row shows a ticket waiting behind the served one (an
+// AcquireAll that holds the earlier keys and waits for this one).
+func waitLockQueued(t *testing.T, ctx context.Context, e *env, key string) {
 	t.Helper()
+	num := func(it map[string]types.AttributeValue, a string) int64 {
+		n, _ := it[a].(*types.AttributeValueMemberN)
+		if n == nil {
+			return 0
+		}
+		v, _ := strconv.ParseInt(n.Value, 10, 64)
+		return v
+	}
 	for {
-		if held, err := m.IsLocked(ctx, key); err == nil && held {
+		out, err := e.db.GetItem(ctx, &dynamodb.GetItemInput{TableName: aws.String(e.locks), ConsistentRead: aws.Bool(true),
+			Key: map[string]types.AttributeValue{"pk": &types.AttributeValueMemberS{Value: key}, "sk": &types.AttributeValueMemberS{Value: "lock"}}})
+		if err == nil && num(out.Item, "fence") > num(out.Item, "serving") {
 			return
 		}
 		select {
 		case <-ctx.Done():
-			t.Fatalf("%s never held", key)
+			t.Fatalf("nobody queued for %s", key)
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
@@ -56,7 +67,7 @@ func TestAcquireAllNeverReturnsAnExpiredKey(t *testing.T) {
 		ml, err := a.AcquireAll(ctx, []string{"m1", "m2"})
 		done <- res{ml, err}
 	}()
-	waitHeld(t, ctx, c, "m1") // a holds m1 and waits for m2
+	waitLockQueued(t, ctx, e, "m2") // a holds m1 and waits for m2
 	// d queues for m1 and, after a lease of a's ticket unchanged, skips it.
 	ld, err := d.Acquire(ctx, "m1", lockcore.WaitUpTo(20*time.Second))
 	if err != nil {
@@ -105,7 +116,7 @@ func TestAcquireAllNeverReturnsALostKey(t *testing.T) {
 		ml, err := a.AcquireAll(ctx, []string{"n1", "n2"})
 		done <- res{ml, err}
 	}()
-	waitHeld(t, ctx, c, "n1")
+	waitLockQueued(t, ctx, e, "n2") // a holds n1 (its Acquire returned) and waits for n2
 	if _, err := e.db.DeleteItem(ctx, &dynamodb.DeleteItemInput{TableName: aws.String(e.locks), Key: map[string]types.AttributeValue{
 		"pk": &types.AttributeValueMemberS{Value: "n1"}, "sk": &types.AttributeValueMemberS{Value: "lock"}}}); err != nil {
 		t.Fatal(err)
