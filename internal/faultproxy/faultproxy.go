@@ -27,7 +27,13 @@
 //     engine applied it, responses dropped after the engine applied the request
 //     (the connection is aborted: an ambiguous write), and stalls that hold a request
 //     and forward it even if the client gave up meanwhile (a write landing after its
-//     caller timed out). One seeded draw per request picks at most one of these.
+//     caller timed out), and late requests, whose caller gets no answer at once and
+//     which land up to seconds later (after the SDK's retry, possibly after the caller's
+//     whole critical section). One seeded draw per request picks at most one of these.
+//     Besides, an eventually consistent read may get a stale answer: what the engine
+//     answered to the same request up to a second earlier (DynamoDB Local's eventually
+//     consistent reads are consistent, so without this nothing would test a waiter
+//     acting on an old view).
 //
 // Every fault is counted by kind (Counts). The seed fixes the stream of fault decisions;
 // which request meets which decision still depends on timing and goroutine scheduling,
@@ -66,6 +72,9 @@ import (
 // Proxy is a running fault proxy.
 type Proxy struct {
 	inj      *injector
+	target   *url.URL
+	late     sync.WaitGroup // late requests not yet forwarded
+	lateHTTP *http.Client
 	tox      *toxiproxy.Proxy
 	srv      *http.Server
 	srvDone  chan struct{}
@@ -81,15 +90,14 @@ func Start(upstream string, seed uint64, f Faults) (*Proxy, error) {
 	if err := f.Validate(); err != nil {
 		return nil, err
 	}
-	if f.StallFor == 0 {
-		f.StallFor = DefaultStall
-	}
+	f = f.withDefaults()
 	target, err := url.Parse(upstream)
 	if err != nil || target.Scheme != "http" || target.Host == "" {
 		return nil, fmt.Errorf("faultproxy: upstream %q: want http://host:port", upstream)
 	}
 	inj := newInjector(seed, f)
-	p := &Proxy{inj: inj, closing: make(chan struct{}), srvDone: make(chan struct{})}
+	p := &Proxy{inj: inj, target: target, closing: make(chan struct{}), srvDone: make(chan struct{}),
+		lateHTTP: &http.Client{Timeout: 30 * time.Second}}
 
 	// HTTP fault layer.
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -107,6 +115,18 @@ func Start(upstream string, seed uint64, f Faults) (*Proxy, error) {
 			ResponseHeaderTimeout: 30 * time.Second,
 		},
 		ModifyResponse: func(resp *http.Response) error {
+			if k, ok := resp.Request.Context().Value(captureKey{}).(string); ok && resp.StatusCode == http.StatusOK {
+				// An eventually consistent read: keep its answer for later stale reads.
+				b, err := io.ReadAll(io.LimitReader(resp.Body, maxCaptured+1))
+				_ = resp.Body.Close()
+				if err != nil {
+					return err
+				}
+				resp.Body = io.NopCloser(bytes.NewReader(b))
+				if len(b) <= maxCaptured {
+					inj.remember(k, resp.Header, b)
+				}
+			}
 			switch kindOf(resp.Request.Context()) {
 			case KindDropResponse, KindBlackout:
 				return errDropResponse
@@ -177,9 +197,7 @@ func (p *Proxy) SetFaults(f Faults) error {
 	if err := f.Validate(); err != nil {
 		return err
 	}
-	if f.StallFor == 0 {
-		f.StallFor = DefaultStall
-	}
+	f = f.withDefaults()
 	p.inj.faults.Store(&f)
 	return nil
 }
@@ -193,7 +211,7 @@ func (p *Proxy) Requests() int64 { return p.inj.requests.Load() }
 
 // Close stops accepting connections, breaks the open ones, and waits (up to 30s) until
 // every request that reached the HTTP layer has been answered by the engine, so that
-// nothing lands on the engine after Close returns.
+// nothing lands on the engine after Close returns (late requests are forwarded at once).
 func (p *Proxy) Close() error {
 	p.once.Do(func() {
 		close(p.closing)
@@ -207,6 +225,7 @@ func (p *Proxy) Close() error {
 			_ = p.srv.Close()
 		}
 		<-p.srvDone
+		p.late.Wait()
 		unregister(p.inj.id)
 	})
 	return p.closeErr
@@ -217,7 +236,13 @@ var (
 	errInternalApplied = errors.New("faultproxy: 500 after apply")
 )
 
-type kindKey struct{}
+type (
+	kindKey    struct{}
+	captureKey struct{} // the stale-read cache key of an eventually consistent read
+)
+
+// maxCaptured bounds the answers kept for stale reads.
+const maxCaptured = 64 << 10
 
 func kindOf(ctx context.Context) string {
 	k, _ := ctx.Value(kindKey{}).(string)
@@ -243,6 +268,13 @@ func (p *Proxy) serve(w http.ResponseWriter, r *http.Request, rp *httputil.Rever
 		panic(http.ErrAbortHandler) // cut off: nothing is forwarded
 	}
 	kind := p.inj.decideHTTP()
+	ecKey := ""
+	if kind == "" {
+		ecKey = eventualRead(r.Header.Get("X-Amz-Target"), body)
+		if ecKey != "" && p.inj.serveStale(w, ecKey) {
+			return
+		}
+	}
 	switch kind {
 	case KindBlackout:
 		p.inj.blackoutUntil.Store(time.Now().Add(BlackoutFor).UnixNano())
@@ -257,6 +289,9 @@ func (p *Proxy) serve(w http.ResponseWriter, r *http.Request, rp *httputil.Rever
 	case KindInternalError:
 		writeAPIError(w, http.StatusInternalServerError, typeInternalServerError, "Internal server error")
 		return
+	case KindLate:
+		p.forwardLate(r, body, p.inj.lateDelay())
+		panic(http.ErrAbortHandler) // the caller gets no answer
 	case KindStall:
 		t := time.NewTimer(p.inj.faults.Load().StallFor)
 		select {
@@ -267,11 +302,62 @@ func (p *Proxy) serve(w http.ResponseWriter, r *http.Request, rp *httputil.Rever
 	}
 	// Carry the request through to the engine whatever the client does.
 	ctx := context.WithValue(context.WithoutCancel(r.Context()), kindKey{}, kind)
+	if ecKey != "" {
+		ctx = context.WithValue(ctx, captureKey{}, ecKey)
+	}
 	r = r.WithContext(ctx)
 	r.Body = io.NopCloser(bytes.NewReader(body))
 	// The plain writer hides http.CloseNotifier, through which ReverseProxy would
 	// otherwise cancel the forwarded request when the client disconnects.
 	rp.ServeHTTP(plainWriter{w}, r)
+}
+
+// forwardLate sends a copy of r (with body) to the engine after d, or at once when the
+// proxy closes; its answer is discarded.
+func (p *Proxy) forwardLate(r *http.Request, body []byte, d time.Duration) {
+	out, err := http.NewRequestWithContext(context.Background(), r.Method, p.target.JoinPath(r.URL.Path).String(), bytes.NewReader(body))
+	if err != nil {
+		return
+	}
+	out.Header = r.Header.Clone()
+	out.Host = r.Host
+	p.late.Add(1)
+	go func() {
+		defer p.late.Done()
+		t := time.NewTimer(d)
+		select {
+		case <-t.C:
+		case <-p.closing:
+			t.Stop()
+		}
+		if resp, err := p.lateHTTP.Do(out); err == nil {
+			_, _ = io.Copy(io.Discard, resp.Body)
+			_ = resp.Body.Close()
+		}
+	}()
+}
+
+// eventualRead returns the stale-read cache key of an eventually consistent GetItem,
+// Query or Scan ("" for any other request): the operation and the request body, so that
+// a stale answer is an answer to the very same request. The body is re-encoded with its
+// object keys sorted: the SDK writes maps (a Key, expression values) in random order.
+func eventualRead(target string, body []byte) string {
+	op := target[strings.LastIndexByte(target, '.')+1:]
+	if op != "GetItem" && op != "Query" && op != "Scan" {
+		return ""
+	}
+	var in map[string]any
+	if json.Unmarshal(body, &in) != nil {
+		return ""
+	}
+	if c, ok := in["ConsistentRead"].(bool); ok && c {
+		return ""
+	}
+	canon, err := json.Marshal(in)
+	if err != nil {
+		return ""
+	}
+	return op + "\x00" + string(canon)
 }
 
 // plainWriter is an http.ResponseWriter and nothing else.
@@ -297,6 +383,80 @@ type injector struct {
 	requests atomic.Int64
 
 	blackoutUntil atomic.Int64 // unix ns: requests are refused until then
+
+	cacheMu sync.Mutex
+	cache   map[string][]answer // earlier answers to eventually consistent reads
+}
+
+// answer is an engine's answer to an eventually consistent read.
+type answer struct {
+	at     time.Time
+	header http.Header
+	body   []byte
+}
+
+// remember keeps an answer to the read k for later stale reads, and forgets answers
+// older than StaleFor.
+func (inj *injector) remember(k string, h http.Header, body []byte) {
+	window := inj.faults.Load().StaleFor
+	now := time.Now()
+	inj.cacheMu.Lock()
+	defer inj.cacheMu.Unlock()
+	if len(inj.cache) > 4096 {
+		for key, as := range inj.cache {
+			if now.Sub(as[len(as)-1].at) > window {
+				delete(inj.cache, key)
+			}
+		}
+	}
+	as := inj.cache[k]
+	for len(as) > 0 && (now.Sub(as[0].at) > window || len(as) >= 16) {
+		as = as[1:]
+	}
+	inj.cache[k] = append(as, answer{at: now, header: h.Clone(), body: body})
+}
+
+// serveStale answers the read k with one of its earlier answers of the last StaleFor,
+// if the draw says so and there is one.
+func (inj *injector) serveStale(w http.ResponseWriter, k string) bool {
+	f := inj.faults.Load()
+	if f.Rates[KindStaleRead] <= 0 {
+		return false
+	}
+	now := time.Now()
+	inj.cacheMu.Lock()
+	var fresh []answer
+	for _, a := range inj.cache[k] {
+		if now.Sub(a.at) <= f.StaleFor {
+			fresh = append(fresh, a)
+		}
+	}
+	inj.cacheMu.Unlock()
+	if len(fresh) == 0 || !inj.decide(KindStaleRead) {
+		return false
+	}
+	inj.mu.Lock()
+	a := fresh[inj.rng.IntN(len(fresh))]
+	inj.mu.Unlock()
+	h := w.Header()
+	for _, name := range []string{"Content-Type", "X-Amz-Crc32"} {
+		if v := a.header.Get(name); v != "" {
+			h.Set(name, v)
+		}
+	}
+	h.Set("X-Amzn-Requestid", newID())
+	h.Set("Content-Length", fmt.Sprint(len(a.body)))
+	w.WriteHeader(http.StatusOK)
+	_, _ = w.Write(a.body)
+	return true
+}
+
+// lateDelay draws the delay of a late request.
+func (inj *injector) lateDelay() time.Duration {
+	f := inj.faults.Load()
+	inj.mu.Lock()
+	defer inj.mu.Unlock()
+	return time.Duration(inj.rng.Int64N(int64(f.LateFor) + 1))
 }
 
 func newInjector(seed uint64, f Faults) *injector {
@@ -304,6 +464,7 @@ func newInjector(seed uint64, f Faults) *injector {
 		id:     newID(),
 		rng:    rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)),
 		counts: map[string]int64{},
+		cache:  map[string][]answer{},
 	}
 	inj.faults.Store(&f)
 	register(inj)

@@ -71,6 +71,7 @@ func only(kind string, rate float64) faultproxy.Faults {
 	f := faultproxy.NoFaults()
 	f.Rates[kind] = rate
 	f.StallFor = 400 * time.Millisecond
+	f.LateFor = 400 * time.Millisecond
 	return f
 }
 
@@ -93,6 +94,7 @@ func TestFaultKinds(t *testing.T) {
 		{faultproxy.KindResetRequest, "", 0, false, 0},
 		{faultproxy.KindResetResponse, "", 0, true, 0},
 		{faultproxy.KindStall, "", 0, true, 100 * time.Millisecond},
+		{faultproxy.KindLate, "", 0, true, 0},
 	}
 	for _, c := range cases {
 		t.Run(c.kind, func(t *testing.T) {
@@ -230,6 +232,75 @@ func TestBlackout(t *testing.T) {
 	}
 	if got := p.Counts()[faultproxy.KindBlackout]; got != 1 {
 		t.Errorf("blackouts counted %d, want 1", got)
+	}
+}
+
+// A late request is not answered, and lands afterwards (at the latest when the proxy
+// closes).
+func TestLateRequestLandsAfterItsCaller(t *testing.T) {
+	table := testenv.Table(t, "InventoryTable")
+	f := only(faultproxy.KindLate, 1)
+	f.LateFor = time.Second
+	p := start(t, f)
+	db := client(t, p)
+	if err := put(context.Background(), db, table, "late"); err == nil {
+		t.Fatal("a late request was answered")
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for !exists(t, table, "late") {
+		if time.Now().After(deadline) {
+			t.Fatal("the late request never landed")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// A stale read answers an eventually consistent read with an earlier answer to the same
+// request, never a consistent one, and only within StaleFor.
+func TestStaleRead(t *testing.T) {
+	table := testenv.Table(t, "InventoryTable")
+	f := only(faultproxy.KindStaleRead, 1)
+	f.StaleFor = 500 * time.Millisecond
+	p := start(t, f)
+	db := client(t, p)
+	ctx := context.Background()
+	write := func(v string) {
+		t.Helper()
+		it := key("s")
+		it["v"] = &types.AttributeValueMemberS{Value: v}
+		if _, err := db.PutItem(ctx, &dynamodb.PutItemInput{TableName: aws.String(table), Item: it}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	read := func(consistent bool) string {
+		t.Helper()
+		out, err := db.GetItem(ctx, &dynamodb.GetItemInput{TableName: aws.String(table), Key: key("s"), ConsistentRead: aws.Bool(consistent)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		v, _ := out.Item["v"].(*types.AttributeValueMemberS)
+		if v == nil {
+			return ""
+		}
+		return v.Value
+	}
+	write("v1")
+	if got := read(false); got != "v1" {
+		t.Fatalf("first read = %q, want v1 (nothing earlier to serve)", got)
+	}
+	write("v2")
+	if got := read(false); got != "v1" {
+		t.Errorf("eventually consistent read = %q, want the stale v1", got)
+	}
+	if got := read(true); got != "v2" {
+		t.Errorf("consistent read = %q, want v2", got)
+	}
+	if n := p.Counts()[faultproxy.KindStaleRead]; n != 1 {
+		t.Errorf("stale reads counted %d, want 1", n)
+	}
+	time.Sleep(600 * time.Millisecond)
+	if got := read(false); got != "v2" {
+		t.Errorf("read after StaleFor = %q, want v2", got)
 	}
 }
 

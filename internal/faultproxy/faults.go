@@ -39,6 +39,19 @@ const (
 	// after its write landed, so that its re-reads and retries fail too (an ambiguous
 	// write nobody can settle in time, and a retry that lands after the blackout).
 	KindBlackout = "blackout"
+	// KindLate: the client's connection is aborted at once, without a response, and the
+	// request is held and forwarded to the engine after a random delay of up to
+	// Faults.LateFor: a request that lands long after its caller gave up on it — after
+	// the SDK's retry of it landed, and possibly after the caller's whole acquire,
+	// write and release (a late copy).
+	KindLate = "late"
+	// KindStaleRead: an eventually consistent read (GetItem, Query or Scan without
+	// ConsistentRead) is answered with what the engine answered to the same request up
+	// to Faults.StaleFor earlier, as a lagging replica would: a view of the item as it
+	// was before writes that have completed since. Drawn per eventually consistent read
+	// that has such an earlier answer (independently of the other kinds, which take
+	// precedence); DynamoDB Local's own eventually consistent reads are consistent.
+	KindStaleRead = "stale_read"
 )
 
 // BlackoutFor is how long a blackout refuses every request: longer than the SDK's read
@@ -49,6 +62,7 @@ const BlackoutFor = 1500 * time.Millisecond
 var Kinds = []string{
 	KindResetRequest, KindResetResponse, KindDropResponse, KindThroughputExceeded,
 	KindThrottling, KindInternalError, KindInternalErrorApplied, KindStall, KindBlackout,
+	KindLate, KindStaleRead,
 }
 
 // Faults is the fault mix of a proxy: a latency added to every response and, per
@@ -64,6 +78,31 @@ type Faults struct {
 
 	// StallFor is how long a stalled request is held (default 1.5s).
 	StallFor time.Duration
+	// LateFor is the longest a late request is held (default 4s; each draws a delay
+	// uniformly up to it).
+	LateFor time.Duration
+	// StaleFor is how old an answer a stale read may get (default 1s).
+	StaleFor time.Duration
+}
+
+// Defaults of Faults.LateFor and Faults.StaleFor.
+const (
+	DefaultLate  = 4 * time.Second
+	DefaultStale = time.Second
+)
+
+// withDefaults fills in the zero durations.
+func (f Faults) withDefaults() Faults {
+	if f.StallFor == 0 {
+		f.StallFor = DefaultStall
+	}
+	if f.LateFor == 0 {
+		f.LateFor = DefaultLate
+	}
+	if f.StaleFor == 0 {
+		f.StaleFor = DefaultStale
+	}
+	return f
 }
 
 // DefaultStall is the default Faults.StallFor.
@@ -79,6 +118,8 @@ func AllFaults() Faults {
 		Latency:  3 * time.Millisecond,
 		Jitter:   3 * time.Millisecond,
 		StallFor: DefaultStall,
+		LateFor:  DefaultLate,
+		StaleFor: DefaultStale,
 		Rates: map[string]float64{
 			KindResetRequest:         0.006,
 			KindResetResponse:        0.006,
@@ -89,6 +130,8 @@ func AllFaults() Faults {
 			KindInternalErrorApplied: 0.006,
 			KindStall:                0.002,
 			KindBlackout:             0.001,
+			KindLate:                 0.002,
+			KindStaleRead:            0.1,
 		},
 	}
 }
@@ -96,14 +139,14 @@ func AllFaults() Faults {
 // ParseFaults reads a fault spec: comma-separated items, each a preset ("all", "none")
 // or key=value, applied left to right. Keys are the Kind* names (value: a rate in
 // [0,1]), "latency", "jitter" and "stall_for" (value: a Go duration), or "scale" (value:
-// a factor multiplying every rate set so far). Examples:
+// a factor multiplying every rate set so far), "late_for", "stale_for" (durations).
+// Examples:
 //
 //	all
 //	none,throttling=0.05,latency=10ms
 //	all,scale=2,stall=0
 func ParseFaults(spec string) (Faults, error) {
-	f := NoFaults()
-	f.StallFor = DefaultStall
+	f := NoFaults().withDefaults()
 	spec = strings.TrimSpace(spec)
 	if spec == "" {
 		return f, nil
@@ -117,11 +160,10 @@ func ParseFaults(spec string) (Faults, error) {
 		case !hasValue && k == "all":
 			f = AllFaults()
 		case !hasValue && k == "none":
-			f = NoFaults()
-			f.StallFor = DefaultStall
+			f = NoFaults().withDefaults()
 		case !hasValue:
 			return Faults{}, fmt.Errorf("fault spec: %q: want a preset (all, none) or key=value", item)
-		case k == "latency" || k == "jitter" || k == "stall_for":
+		case k == "latency" || k == "jitter" || k == "stall_for" || k == "late_for" || k == "stale_for":
 			d, err := time.ParseDuration(v)
 			if err != nil || d < 0 {
 				return Faults{}, fmt.Errorf("fault spec: %s: want a non-negative duration, got %q", k, v)
@@ -131,6 +173,10 @@ func ParseFaults(spec string) (Faults, error) {
 				f.Latency = d
 			case "jitter":
 				f.Jitter = d
+			case "late_for":
+				f.LateFor = d
+			case "stale_for":
+				f.StaleFor = d
 			default:
 				f.StallFor = d
 			}
@@ -149,7 +195,7 @@ func ParseFaults(spec string) (Faults, error) {
 			}
 			f.Rates[k] = x
 		default:
-			return Faults{}, fmt.Errorf("fault spec: unknown key %q (kinds: %s; or latency, jitter, stall_for, scale)",
+			return Faults{}, fmt.Errorf("fault spec: unknown key %q (kinds: %s; or latency, jitter, stall_for, late_for, stale_for, scale)",
 				k, strings.Join(Kinds, ", "))
 		}
 	}
@@ -159,7 +205,7 @@ func ParseFaults(spec string) (Faults, error) {
 // httpKinds are the kinds decided by the HTTP layer, one draw per request.
 var httpKinds = []string{
 	KindDropResponse, KindThroughputExceeded, KindThrottling, KindInternalError,
-	KindInternalErrorApplied, KindStall, KindBlackout,
+	KindInternalErrorApplied, KindStall, KindBlackout, KindLate,
 }
 
 // Validate checks rates and durations.
@@ -179,7 +225,7 @@ func (f Faults) Validate() error {
 	if sum > 1 {
 		return fmt.Errorf("faults: HTTP-level rates add up to %v > 1", sum)
 	}
-	if f.Latency < 0 || f.Jitter < 0 || f.StallFor < 0 {
+	if f.Latency < 0 || f.Jitter < 0 || f.StallFor < 0 || f.LateFor < 0 || f.StaleFor < 0 {
 		return fmt.Errorf("faults: negative duration")
 	}
 	return nil
@@ -201,6 +247,12 @@ func (f Faults) String() string {
 	}
 	if f.Rates[KindStall] > 0 {
 		parts = append(parts, "stall_for="+f.StallFor.String())
+	}
+	if f.Rates[KindLate] > 0 && f.LateFor > 0 {
+		parts = append(parts, "late_for="+f.LateFor.String())
+	}
+	if f.Rates[KindStaleRead] > 0 && f.StaleFor > 0 {
+		parts = append(parts, "stale_for="+f.StaleFor.String())
 	}
 	return strings.Join(parts, ",")
 }
