@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -435,4 +436,54 @@ func TestPausedHolderCannotWrite(t *testing.T) {
 	}
 	wantStock(t, live, "MUG-RED-350", 3, 2)
 	wantStatus(t, live, "ord-paused", shop.StatusReserved)
+}
+
+// An adjustment id decided before with another delta keeps its first decision, and the
+// mismatch is logged (a producer reusing ids), as an order redelivered with other
+// content is.
+func TestAdjustmentIDReusedWithAnotherDeltaIsLogged(t *testing.T) {
+	e := newEnv(t)
+	var logs strings.Builder
+	var mu sync.Mutex
+	svc := e.service(t, "svc-a", shop.WithLogger(slog.New(slog.NewJSONHandler(lockedWriter{&mu, &logs}, nil))))
+	ctx := ctxT(t, 20*time.Second)
+	seed(t, svc, map[string]int{"MUG-RED-350": 5})
+	for _, a := range []shop.Adjustment{
+		{AdjustmentID: "adj-1", SKU: "MUG-RED-350", Delta: 3},
+		{AdjustmentID: "adj-1", SKU: "MUG-RED-350", Delta: 3},
+		{AdjustmentID: "adj-2", SKU: "MUG-RED-350", Delta: -50},
+		{AdjustmentID: "adj-2", SKU: "MUG-RED-350", Delta: -50},
+	} {
+		_, _ = svc.ApplyAdjustment(ctx, a)
+	}
+	mu.Lock()
+	if strings.Contains(logs.String(), "different delta") {
+		t.Fatalf("same deltas logged as different:\n%s", logs.String())
+	}
+	mu.Unlock()
+	for _, a := range []shop.Adjustment{
+		{AdjustmentID: "adj-1", SKU: "MUG-RED-350", Delta: 9},
+		{AdjustmentID: "adj-2", SKU: "MUG-RED-350", Delta: -51},
+	} {
+		if applied, _ := svc.ApplyAdjustment(ctx, a); applied {
+			t.Fatalf("%+v applied again", a)
+		}
+	}
+	wantStock(t, svc, "MUG-RED-350", 8, 0)
+	mu.Lock()
+	defer mu.Unlock()
+	if n := strings.Count(logs.String(), "adjustment redelivered with a different delta"); n != 2 {
+		t.Fatalf("%d warnings, want 2:\n%s", n, logs.String())
+	}
+}
+
+type lockedWriter struct {
+	mu *sync.Mutex
+	w  *strings.Builder
+}
+
+func (l lockedWriter) Write(b []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(b)
 }
