@@ -155,11 +155,23 @@ func (s *Service) ProcessOrders(ctx context.Context, orders []Order) []BatchResu
 			}
 		}
 	}()
-	for _, j := range locking {
+	// Takeover observations of the later orders overlap the wait for an earlier one: a
+	// batch that died holding all its order locks comes back as one batch, and waiting for
+	// its abandoned locks one after the other took over one per invocation (observation
+	// takes a full order lease, three quarters of the wait), so its later orders reached
+	// the dead-letter queue. Once an order lock has kept the batch waiting for
+	// orderPollInterval, every later order is watched concurrently by a take that lets
+	// the lock go at once: it holds nothing while it waits, so no two batches can wait
+	// for each other, and the lock it took over (or was handed) is free, or handed on,
+	// when the batch's own take in id order reaches it.
+	pre := s.preObserver(ctx, orderLease, left)
+	for i, j := range locking {
 		octx, stop := context.WithCancel(ctx)
 		j.stop = stop
+		watch := time.AfterFunc(orderPollInterval, func() { pre.start(locking[i+1:]) })
 		ol, err := s.orders.Acquire(octx, orderKey(j.order.OrderID), left(), lockcore.LeaseDuration(orderLease),
 			s.pendingOrder(j.order), lockcore.MinPollInterval(orderPollInterval))
+		watch.Stop()
 		if err != nil {
 			if errors.Is(err, lockcore.ErrLockHeld) || ctx.Err() != nil {
 				err = busy("order "+j.order.OrderID, err)
@@ -180,6 +192,7 @@ func (s *Service) ProcessOrders(ctx context.Context, orders []Order) []BatchResu
 		}
 		j.order, j.ol = order, ol
 	}
+	pre.stop()
 	var live []*batchJob
 	for _, j := range jobs {
 		if !j.done {
@@ -219,6 +232,56 @@ func (s *Service) ProcessOrders(ctx context.Context, orders []Order) []BatchResu
 		return failAll(crash) // the crash hook: die here
 	}
 	return res
+}
+
+// preObserver watches order locks for a batch waiting for an earlier one (see
+// ProcessOrders): each watcher takes its order's lock, waiting as the batch would, and
+// releases it at once.
+type preObserver struct {
+	s       *Service
+	ctx     context.Context
+	cancel  context.CancelFunc
+	lease   time.Duration
+	left    func() lockcore.WaitPolicy
+	mu      sync.Mutex
+	started bool
+	stopped bool
+	wg      sync.WaitGroup
+}
+
+func (s *Service) preObserver(ctx context.Context, lease time.Duration, left func() lockcore.WaitPolicy) *preObserver {
+	pctx, cancel := context.WithCancel(ctx)
+	return &preObserver{s: s, ctx: pctx, cancel: cancel, lease: lease, left: left}
+}
+
+// start watches the orders of jobs (once per batch).
+func (p *preObserver) start(jobs []*batchJob) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.started || p.stopped {
+		return
+	}
+	p.started = true
+	for _, j := range jobs {
+		p.wg.Add(1)
+		go func() {
+			defer p.wg.Done()
+			l, err := p.s.orders.Acquire(p.ctx, orderKey(j.order.OrderID), p.left(), lockcore.LeaseDuration(p.lease),
+				p.s.pendingOrder(j.order), lockcore.MinPollInterval(orderPollInterval))
+			if err == nil {
+				p.s.release(p.ctx, "order "+j.order.OrderID+" (watched)", l.Lease)
+			}
+		}()
+	}
+}
+
+// stop ends the watchers still waiting and waits for them.
+func (p *preObserver) stop() {
+	p.mu.Lock()
+	p.stopped = true
+	p.mu.Unlock()
+	p.cancel()
+	p.wg.Wait()
 }
 
 // skuGroups partitions jobs into the connected components of "shares a SKU", each in
