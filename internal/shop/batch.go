@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/expression"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
@@ -159,16 +160,16 @@ func (s *Service) ProcessOrders(ctx context.Context, orders []Order) []BatchResu
 	// batch that died holding all its order locks comes back as one batch, and waiting for
 	// its abandoned locks one after the other took over one per invocation (observation
 	// takes a full order lease, three quarters of the wait), so its later orders reached
-	// the dead-letter queue. Once an order lock has kept the batch waiting for
-	// orderPollInterval, every later order is watched concurrently by a take that lets
-	// the lock go at once: it holds nothing while it waits, so no two batches can wait
+	// the dead-letter queue. Once an order lock has kept the batch waiting for a while
+	// (watchAfter), every later order that a read shows locked is watched concurrently
+	// by a take that lets the lock go at once: it holds nothing while it waits, so no two batches can wait
 	// for each other, and the lock it took over (or was handed) is free, or handed on,
 	// when the batch's own take in id order reaches it.
 	pre := s.preObserver(ctx, orderLease, left)
 	for i, j := range locking {
 		octx, stop := context.WithCancel(ctx)
 		j.stop = stop
-		watch := time.AfterFunc(orderPollInterval, func() { pre.start(locking[i+1:]) })
+		watch := time.AfterFunc(watchAfter(orderLease), func() { pre.start(locking[i+1:]) })
 		ol, err := s.orders.Acquire(octx, orderKey(j.order.OrderID), left(), lockcore.LeaseDuration(orderLease),
 			s.pendingOrder(j.order), lockcore.MinPollInterval(orderPollInterval))
 		watch.Stop()
@@ -234,6 +235,31 @@ func (s *Service) ProcessOrders(ctx context.Context, orders []Order) []BatchResu
 	return res
 }
 
+// releaseJobs releases the order locks of jobs, concurrently: one after the other, each
+// bounded by the cleanup timeout, a slow table could keep the invocation past its
+// deadline.
+func (s *Service) releaseJobs(ctx context.Context, jobs []*batchJob) {
+	var wg sync.WaitGroup
+	for _, j := range jobs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			s.release(ctx, "order "+j.order.OrderID, j.ol.Lease)
+		}()
+	}
+	wg.Wait()
+}
+
+// watchAfter is how long a batch waits for one order lock before it watches the later
+// ones (see ProcessOrders): an eighth of the order lease, at least orderPollInterval.
+// Most such waits are for a live copy of the order, decided within a second or two, and
+// each watch costs a read per later order (a take and a release if it is locked); a
+// takeover by observation needs a whole order lease of watching, and the order lease
+// plus an eighth still fits in the wait (the order lease is three quarters of it).
+func watchAfter(orderLease time.Duration) time.Duration {
+	return max(orderPollInterval, orderLease/8)
+}
+
 // preObserver watches order locks for a batch waiting for an earlier one (see
 // ProcessOrders): each watcher takes its order's lock, waiting as the batch would, and
 // releases it at once.
@@ -266,6 +292,9 @@ func (p *preObserver) start(jobs []*batchJob) {
 		p.wg.Add(1)
 		go func() {
 			defer p.wg.Done()
+			if !p.s.orderLocked(p.ctx, j.order.OrderID) {
+				return // nothing to watch: its take will not wait (or wait for a live holder)
+			}
 			l, err := p.s.orders.Acquire(p.ctx, orderKey(j.order.OrderID), p.left(), lockcore.LeaseDuration(p.lease),
 				p.s.pendingOrder(j.order), lockcore.MinPollInterval(orderPollInterval))
 			if err == nil {
@@ -273,6 +302,23 @@ func (p *preObserver) start(jobs []*batchJob) {
 			}
 		}()
 	}
+}
+
+// orderLocked says whether an eventually consistent read shows the order's item locked
+// (the locking read's lock attribute set). A watcher's take and release cost two writes:
+// an order nobody holds (new, or released) is not worth them. A stale view only costs
+// the watch (or those writes): the batch's own take decides.
+func (s *Service) orderLocked(ctx context.Context, id string) bool {
+	a := lockcore.DefaultItemAttributes
+	e, err := expression.NewBuilder().WithProjection(expression.NamesList(name(a.LockedBy))).Build()
+	if err != nil {
+		return true // cannot happen (a static projection); watch
+	}
+	out, err := s.db.GetItem(ctx, &dynamodb.GetItemInput{
+		TableName: aws.String(s.t.Orders), Key: orderKey(id),
+		ProjectionExpression: e.Projection(), ExpressionAttributeNames: e.Names(),
+	})
+	return err == nil && getS(out.Item, a.LockedBy) != ""
 }
 
 // stop ends the watchers still waiting and waits for them.
@@ -330,11 +376,15 @@ func (s *Service) decideGroup(ctx context.Context, group []*batchJob, lease time
 	left func() lockcore.WaitPolicy, finish func(*batchJob, Outcome, error),
 ) error {
 	releaseOrders := func(jobs []*batchJob, err error) {
+		var undone []*batchJob
 		for _, j := range jobs {
 			if !j.done {
-				s.release(ctx, "order "+j.order.OrderID, j.ol.Lease)
-				finish(j, Outcome{}, err)
+				undone = append(undone, j)
 			}
+		}
+		s.releaseJobs(ctx, undone)
+		for _, j := range undone {
+			finish(j, Outcome{}, err)
 		}
 	}
 	skuCtx, stopSKUHB := context.WithCancel(ctx)
@@ -441,8 +491,8 @@ func (s *Service) writeDecisions(ctx context.Context, group []*batchJob, ml *loc
 	}
 	pending := slices.Clone(group)
 	failRest := func(err error) {
+		s.releaseJobs(ctx, pending)
 		for _, j := range pending {
-			s.release(ctx, "order "+j.order.OrderID, j.ol.Lease)
 			finish(j, Outcome{}, err)
 		}
 		pending = nil

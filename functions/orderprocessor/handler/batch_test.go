@@ -29,13 +29,23 @@ import (
 type visibility struct {
 	mu    sync.Mutex
 	calls []*sqs.ChangeMessageVisibilityInput
+
+	slow            time.Duration // each call takes this long
+	inflight, maxIn int
 }
 
 func (v *visibility) ChangeMessageVisibility(_ context.Context, in *sqs.ChangeMessageVisibilityInput, _ ...func(*sqs.Options)) (*sqs.ChangeMessageVisibilityOutput, error) {
 	calls.Record("sqs:ChangeMessageVisibility", aws.ToString(in.QueueUrl))
 	v.mu.Lock()
-	defer v.mu.Unlock()
 	v.calls = append(v.calls, in)
+	v.inflight++
+	v.maxIn = max(v.maxIn, v.inflight)
+	slow := v.slow
+	v.mu.Unlock()
+	time.Sleep(slow)
+	v.mu.Lock()
+	v.inflight--
+	v.mu.Unlock()
 	return &sqs.ChangeMessageVisibilityOutput{}, nil
 }
 
@@ -369,6 +379,31 @@ func TestPoisonReturnShortensVisibility(t *testing.T) {
 	}
 	if got := vis.got(); len(got) != 1 || got[0].VisibilityTimeout < 1 || got[0].VisibilityTimeout > 2 {
 		t.Fatalf("visibility changes %+v, want one of 1..2 s", got)
+	}
+}
+
+// The returned messages' visibility changes are made concurrently: made one after the
+// other after the batch's wait, ten slow calls could outlast the safety margin left for
+// them and the invocation its deadline (found by review).
+func TestVisibilityChangesAreConcurrent(t *testing.T) {
+	f := newFixture(t)
+	vis := &visibility{slow: 200 * time.Millisecond}
+	deadlineFixture(t, f, vis)
+	var recs []events.SQSMessage
+	for i := range 5 {
+		recs = append(recs, orderMessage(i+1, fmt.Sprintf(`{"orderId":"p-%d","customerId":"c","lines":[{"sku":"X","qty":0}]}`, i)))
+	}
+	if failed := f.invoke(t, events.SQSEvent{Records: recs}); len(failed) != 5 {
+		t.Fatalf("failures = %v", failed)
+	}
+	if got := len(vis.got()); got != 5 {
+		t.Fatalf("%d visibility changes, want 5", got)
+	}
+	if vis.maxIn < 2 {
+		t.Errorf("at most %d visibility change in flight at once: made one after the other", vis.maxIn)
+	}
+	if !strings.Contains(f.metrics.String(), `"VisibilityChanged":[1,1,1,1,1]`) {
+		t.Errorf("metrics:\n%s", f.metrics)
 	}
 }
 

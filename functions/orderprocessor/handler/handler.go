@@ -38,6 +38,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/aws/aws-lambda-go/events"
@@ -218,15 +219,38 @@ func (h *Handler) Handle(ctx context.Context, ev events.SQSEvent) (events.SQSEve
 			m.PutMetric(name, 1, emf.Count)
 		}
 	}
+	// Returned messages get their visibility shortened together at the end, one call
+	// each, concurrently: one after the other, ten slow calls could outlast the safety
+	// margin the batch leaves for them.
+	type returned struct {
+		msg events.SQSMessage
+		r   retry
+	}
+	var back []returned
+	defer func() {
+		changed := make([]bool, len(back))
+		var wg sync.WaitGroup
+		for i, b := range back {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				changed[i] = h.shortenVisibility(ctx, b.msg, b.r)
+			}()
+		}
+		wg.Wait()
+		for _, c := range changed {
+			if c {
+				put(MetricVisibilityChanged)
+			}
+		}
+	}()
 	fail := func(msg events.SQSMessage, r retry) {
 		put(MetricMessagesRetried)
 		resp.BatchItemFailures = append(resp.BatchItemFailures, events.SQSBatchItemFailure{ItemIdentifier: msg.MessageId})
 		if r == retryContended {
 			put(MetricMessagesContended)
 		}
-		if h.shortenVisibility(ctx, msg, r) {
-			put(MetricVisibilityChanged)
-		}
+		back = append(back, returned{msg, r})
 	}
 	if dl, ok := ctx.Deadline(); ok && time.Until(dl) < shop.MinRemaining {
 		for _, msg := range ev.Records {
