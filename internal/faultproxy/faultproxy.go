@@ -30,10 +30,10 @@
 //     caller timed out), and late requests, whose caller gets no answer at once and
 //     which land up to seconds later (after the SDK's retry, possibly after the caller's
 //     whole critical section). One seeded draw per request picks at most one of these.
-//     Besides, an eventually consistent read may get a stale answer: what the engine
-//     answered to the same request up to a second earlier (DynamoDB Local's eventually
-//     consistent reads are consistent, so without this nothing would test a waiter
-//     acting on an old view).
+//     Besides, an eventually consistent read may get a stale answer: a state its item
+//     had up to a second earlier, as recorded after each write (DynamoDB Local's
+//     eventually consistent reads are consistent, so without this nothing would test a
+//     waiter acting on an old view).
 //
 // Every fault is counted by kind (Counts). The seed fixes the stream of fault decisions;
 // which request meets which decision still depends on timing and goroutine scheduling,
@@ -115,7 +115,7 @@ func Start(upstream string, seed uint64, f Faults) (*Proxy, error) {
 			ResponseHeaderTimeout: 30 * time.Second,
 		},
 		ModifyResponse: func(resp *http.Response) error {
-			if k, ok := resp.Request.Context().Value(captureKey{}).(string); ok && resp.StatusCode == http.StatusOK {
+			if c, ok := resp.Request.Context().Value(captureKey{}).(capture); ok && resp.StatusCode == http.StatusOK {
 				// An eventually consistent read: keep its answer for later stale reads.
 				b, err := io.ReadAll(io.LimitReader(resp.Body, maxCaptured+1))
 				_ = resp.Body.Close()
@@ -124,7 +124,7 @@ func Start(upstream string, seed uint64, f Faults) (*Proxy, error) {
 				}
 				resp.Body = io.NopCloser(bytes.NewReader(b))
 				if len(b) <= maxCaptured {
-					inj.remember(k, resp.Header, b)
+					inj.stale.record(c.shape, c.sent, resp.Header, b, inj.faults.Load().StaleFor)
 				}
 			}
 			switch kindOf(resp.Request.Context()) {
@@ -238,11 +238,8 @@ var (
 
 type (
 	kindKey    struct{}
-	captureKey struct{} // the stale-read cache key of an eventually consistent read
+	captureKey struct{} // an eventually consistent read whose answer is recorded (capture)
 )
-
-// maxCaptured bounds the answers kept for stale reads.
-const maxCaptured = 64 << 10
 
 func kindOf(ctx context.Context) string {
 	k, _ := ctx.Value(kindKey{}).(string)
@@ -268,11 +265,14 @@ func (p *Proxy) serve(w http.ResponseWriter, r *http.Request, rp *httputil.Rever
 		panic(http.ErrAbortHandler) // cut off: nothing is forwarded
 	}
 	kind := p.inj.decideHTTP()
-	ecKey := ""
-	if kind == "" {
-		ecKey = eventualRead(r.Header.Get("X-Amz-Target"), body)
-		if ecKey != "" && p.inj.serveStale(w, ecKey) {
-			return
+	target := r.Header.Get("X-Amz-Target")
+	var shape *readShape
+	if kind == "" && p.inj.faults.Load().Rates[KindStaleRead] > 0 {
+		if ref, canon, names, ok := eventualRead(target, body); ok {
+			shape = p.inj.stale.shape(ref, canon, names, target, r.Header, body)
+			if p.inj.serveStale(w, shape) {
+				return
+			}
 		}
 	}
 	switch kind {
@@ -302,14 +302,15 @@ func (p *Proxy) serve(w http.ResponseWriter, r *http.Request, rp *httputil.Rever
 	}
 	// Carry the request through to the engine whatever the client does.
 	ctx := context.WithValue(context.WithoutCancel(r.Context()), kindKey{}, kind)
-	if ecKey != "" {
-		ctx = context.WithValue(ctx, captureKey{}, ecKey)
+	if shape != nil {
+		ctx = context.WithValue(ctx, captureKey{}, capture{shape: shape, sent: time.Now()})
 	}
 	r = r.WithContext(ctx)
 	r.Body = io.NopCloser(bytes.NewReader(body))
 	// The plain writer hides http.CloseNotifier, through which ReverseProxy would
 	// otherwise cancel the forwarded request when the client disconnects.
 	rp.ServeHTTP(plainWriter{w}, r)
+	p.afterWrite(target, body)
 }
 
 // forwardLate sends a copy of r (with body) to the engine after d, or at once when the
@@ -333,31 +334,9 @@ func (p *Proxy) forwardLate(r *http.Request, body []byte, d time.Duration) {
 		if resp, err := p.lateHTTP.Do(out); err == nil {
 			_, _ = io.Copy(io.Discard, resp.Body)
 			_ = resp.Body.Close()
+			p.afterWrite(out.Header.Get("X-Amz-Target"), body)
 		}
 	}()
-}
-
-// eventualRead returns the stale-read cache key of an eventually consistent GetItem,
-// Query or Scan ("" for any other request): the operation and the request body, so that
-// a stale answer is an answer to the very same request. The body is re-encoded with its
-// object keys sorted: the SDK writes maps (a Key, expression values) in random order.
-func eventualRead(target string, body []byte) string {
-	op := target[strings.LastIndexByte(target, '.')+1:]
-	if op != "GetItem" && op != "Query" && op != "Scan" {
-		return ""
-	}
-	var in map[string]any
-	if json.Unmarshal(body, &in) != nil {
-		return ""
-	}
-	if c, ok := in["ConsistentRead"].(bool); ok && c {
-		return ""
-	}
-	canon, err := json.Marshal(in)
-	if err != nil {
-		return ""
-	}
-	return op + "\x00" + string(canon)
 }
 
 // plainWriter is an http.ResponseWriter and nothing else.
@@ -384,71 +363,7 @@ type injector struct {
 
 	blackoutUntil atomic.Int64 // unix ns: requests are refused until then
 
-	cacheMu sync.Mutex
-	cache   map[string][]answer // earlier answers to eventually consistent reads
-}
-
-// answer is an engine's answer to an eventually consistent read.
-type answer struct {
-	at     time.Time
-	header http.Header
-	body   []byte
-}
-
-// remember keeps an answer to the read k for later stale reads, and forgets answers
-// older than StaleFor.
-func (inj *injector) remember(k string, h http.Header, body []byte) {
-	window := inj.faults.Load().StaleFor
-	now := time.Now()
-	inj.cacheMu.Lock()
-	defer inj.cacheMu.Unlock()
-	if len(inj.cache) > 4096 {
-		for key, as := range inj.cache {
-			if now.Sub(as[len(as)-1].at) > window {
-				delete(inj.cache, key)
-			}
-		}
-	}
-	as := inj.cache[k]
-	for len(as) > 0 && (now.Sub(as[0].at) > window || len(as) >= 16) {
-		as = as[1:]
-	}
-	inj.cache[k] = append(as, answer{at: now, header: h.Clone(), body: body})
-}
-
-// serveStale answers the read k with one of its earlier answers of the last StaleFor,
-// if the draw says so and there is one.
-func (inj *injector) serveStale(w http.ResponseWriter, k string) bool {
-	f := inj.faults.Load()
-	if f.Rates[KindStaleRead] <= 0 {
-		return false
-	}
-	now := time.Now()
-	inj.cacheMu.Lock()
-	var fresh []answer
-	for _, a := range inj.cache[k] {
-		if now.Sub(a.at) <= f.StaleFor {
-			fresh = append(fresh, a)
-		}
-	}
-	inj.cacheMu.Unlock()
-	if len(fresh) == 0 || !inj.decide(KindStaleRead) {
-		return false
-	}
-	inj.mu.Lock()
-	a := fresh[inj.rng.IntN(len(fresh))]
-	inj.mu.Unlock()
-	h := w.Header()
-	for _, name := range []string{"Content-Type", "X-Amz-Crc32"} {
-		if v := a.header.Get(name); v != "" {
-			h.Set(name, v)
-		}
-	}
-	h.Set("X-Amzn-Requestid", newID())
-	h.Set("Content-Length", fmt.Sprint(len(a.body)))
-	w.WriteHeader(http.StatusOK)
-	_, _ = w.Write(a.body)
-	return true
+	stale *staleCache // states of items for stale reads
 }
 
 // lateDelay draws the delay of a late request.
@@ -464,7 +379,7 @@ func newInjector(seed uint64, f Faults) *injector {
 		id:     newID(),
 		rng:    rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)),
 		counts: map[string]int64{},
-		cache:  map[string][]answer{},
+		stale:  newStaleCache(),
 	}
 	inj.faults.Store(&f)
 	register(inj)

@@ -255,12 +255,13 @@ func TestLateRequestLandsAfterItsCaller(t *testing.T) {
 	}
 }
 
-// A stale read answers an eventually consistent read with an earlier answer to the same
-// request, never a consistent one, and only within StaleFor.
+// A stale read answers an eventually consistent read with a state its item had within
+// StaleFor — also one nobody read (the proxy records the states writes leave) — never
+// a consistent read, and never a state older than StaleFor.
 func TestStaleRead(t *testing.T) {
 	table := testenv.Table(t, "InventoryTable")
 	f := only(faultproxy.KindStaleRead, 1)
-	f.StaleFor = 500 * time.Millisecond
+	f.StaleFor = time.Second
 	p := start(t, f)
 	db := client(t, p)
 	ctx := context.Background()
@@ -289,18 +290,29 @@ func TestStaleRead(t *testing.T) {
 		t.Fatalf("first read = %q, want v1 (nothing earlier to serve)", got)
 	}
 	write("v2")
-	if got := read(false); got != "v1" {
-		t.Errorf("eventually consistent read = %q, want the stale v1", got)
+	write("v3")
+	time.Sleep(100 * time.Millisecond) // the states the writes left are recorded
+	seen := map[string]int{}
+	for range 40 {
+		seen[read(false)]++
 	}
-	if got := read(true); got != "v2" {
-		t.Errorf("consistent read = %q, want v2", got)
+	for v := range seen {
+		if v != "v1" && v != "v2" && v != "v3" {
+			t.Errorf("eventually consistent read returned %q, a state the item never had", v)
+		}
 	}
-	if n := p.Counts()[faultproxy.KindStaleRead]; n != 1 {
-		t.Errorf("stale reads counted %d, want 1", n)
+	if seen["v1"] == 0 || seen["v2"] == 0 {
+		t.Errorf("answers %v: want the earlier states v1 and v2 among them (v2 was never read)", seen)
 	}
-	time.Sleep(600 * time.Millisecond)
-	if got := read(false); got != "v2" {
-		t.Errorf("read after StaleFor = %q, want v2", got)
+	if got := read(true); got != "v3" {
+		t.Errorf("consistent read = %q, want v3", got)
+	}
+	if n := p.Counts()[faultproxy.KindStaleRead]; n != 40 {
+		t.Errorf("stale reads counted %d, want 40", n)
+	}
+	time.Sleep(1100 * time.Millisecond)
+	if got := read(false); got != "v3" {
+		t.Errorf("read after StaleFor = %q, want v3", got)
 	}
 }
 

@@ -45,12 +45,13 @@ const (
 	// the SDK's retry of it landed, and possibly after the caller's whole acquire,
 	// write and release (a late copy).
 	KindLate = "late"
-	// KindStaleRead: an eventually consistent read (GetItem, Query or Scan without
-	// ConsistentRead) is answered with what the engine answered to the same request up
-	// to Faults.StaleFor earlier, as a lagging replica would: a view of the item as it
-	// was before writes that have completed since. Drawn per eventually consistent read
-	// that has such an earlier answer (independently of the other kinds, which take
-	// precedence); DynamoDB Local's own eventually consistent reads are consistent.
+	// KindStaleRead: an eventually consistent GetItem is answered with a state its item
+	// had up to Faults.StaleFor earlier (the proxy records the state every write leaves,
+	// see stale.go), as a lagging replica would: a view of the item as it was before
+	// writes that have completed since. Queries and Scans get an earlier answer to the
+	// same request. Drawn per eventually consistent read that has such an earlier state
+	// (independently of the other kinds, which take precedence); DynamoDB Local's own
+	// eventually consistent reads are consistent.
 	KindStaleRead = "stale_read"
 )
 
