@@ -179,6 +179,11 @@ func (in *Inspector) ForceRelease(ctx context.Context, key string, opts ForceOpt
 		rowKey[attrSK] = s(opts.Namespace + ticketSuffix)
 	}
 	target := opts.LeaseID // the lease to end: fixed by the first read unless given
+	// token: the lease's fencing token, fixed by the first read unless given. A lease id
+	// may change form between reads (a Mutex holder handed the lock is "ticket N" until
+	// its first heartbeat names its owner), and "ticket N" alone names one life of a row
+	// only: the token (with its epoch) pins the lease across attempts.
+	token := opts.Token
 	var last error
 	for attempt := 0; attempt < forceAttempts; attempt++ {
 		if attempt > 0 {
@@ -206,13 +211,14 @@ func (in *Inspector) ForceRelease(ctx context.Context, key string, opts ForceOpt
 		default:
 			upd, err = in.forceTicket(cur, rowKey, &target, rec, now)
 		}
-		if err == nil && opts.Token != 0 && rec.Token.Token != opts.Token {
-			err = in.notHeld(key, opts.Namespace, opts.Strategy, fmt.Sprintf("%s (token %d)", target, int64(opts.Token)),
+		if err == nil && token != 0 && rec.Token.Token != token {
+			err = in.notHeld(key, opts.Namespace, opts.Strategy, fmt.Sprintf("%s (token %d)", target, int64(token)),
 				fmt.Sprintf("its token is %d", int64(rec.Token.Token)))
 		}
 		if err != nil {
 			return nil, err
 		}
+		token = rec.Token.Token
 		audit := item{
 			attrPK: s(key), attrSK: s(auditSK(opts.Namespace, opts.Strategy, now, rec.ID)),
 			attrAuditStrategy: s(string(opts.Strategy)), attrAuditNS: s(opts.Namespace),
@@ -340,9 +346,12 @@ func (in *Inspector) forceFairMutex(cur item, rowKey item, target *string, rec *
 	}
 	h := row.holder()
 	id := row.entryID(row.serving)
-	if *target != "" && h.LeaseID != *target && (h.Owner != "" || !strings.HasSuffix(*target, nsSeparator+id)) {
+	if *target != "" && h.LeaseID != *target && *target != ticketLeaseID(row.serving) &&
+		(h.Owner != "" || !strings.HasSuffix(*target, nsSeparator+id)) {
 		// (Without a recorded owner the holder is "ticket N"; its lease id "<owner>#<id>"
-		// names it too.)
+		// names it too. With one it was "ticket N" until its first heartbeat wrote the
+		// owner: that id still names it, pinned to one life of the row by the token,
+		// which a "ticket N" id requires.)
 		return types.Update{}, in.notHeld(rec.Key, rec.Namespace, rec.Strategy, *target, "held under lease "+h.LeaseID)
 	}
 	*target = h.LeaseID
