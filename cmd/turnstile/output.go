@@ -259,7 +259,8 @@ func writeForceRecord(w io.Writer, r *lockcore.ForceRecord) {
 	fmt.Fprintln(w, "The old holder's renewals and guarded writes now fail with ErrLeaseLost; `locks show` displays this record.")
 }
 
-// watch shows the key every interval until ctx ends (or count refreshes were shown).
+// watch shows the key every interval until ctx ends (or count refreshes were shown;
+// then it returns the last refresh's error, unless the lock merely does not exist yet).
 // For each lock it tracks how long its holder and revision have stayed unchanged on this
 // machine's clock: what lockcore's waiters measure before they take over.
 func watch(ctx context.Context, c *cli, in *lockcore.Inspector, opts lockcore.ShowOptions, interval time.Duration, count int) error {
@@ -326,6 +327,9 @@ func watch(ctx context.Context, c *cli, in *lockcore.Inspector, opts lockcore.Sh
 			return err
 		}
 		if count > 0 && i >= count {
+			if err != nil && !errors.Is(err, lockcore.ErrLockNotFound) {
+				return err // the last refresh failed: the caller must not read success
+			}
 			return nil
 		}
 		select {
