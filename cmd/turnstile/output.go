@@ -243,7 +243,23 @@ func writeItemLock(w io.Writer, il *lockcore.ItemLock, now time.Time) {
 	}
 	row("fence", "%d (acquisitions of this item)", int64(il.Fence.Token))
 	row("revision", "%d", il.Revision)
+	if t := il.Tickets; t != nil {
+		row("tickets", "serving %d, last issued %d", t.Serving, t.Next)
+		if len(il.Waiters) == 0 {
+			row("waiters", "none")
+		} else {
+			row("waiters", "%d, in the order they enter", len(il.Waiters))
+		}
+	}
 	_ = tw.Flush()
+	if len(il.Waiters) > 0 {
+		tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "  POS\tTICKET\tENTRY")
+		for _, wt := range il.Waiters {
+			fmt.Fprintf(tw, "  %d\t%d\t%s (ticket entries carry no owner names)\n", wt.Position, wt.Ticket, wt.LeaseID)
+		}
+		_ = tw.Flush()
+	}
 }
 
 func writeForceRecord(w io.Writer, r *lockcore.ForceRecord) {
