@@ -25,7 +25,8 @@ const FunctionType = "AWS::Serverless::Function"
 type Function struct {
 	LogicalID string
 	// Properties are the effective properties: the function's own over Globals.Function;
-	// maps such as Environment.Variables are merged key by key, as SAM does.
+	// maps such as Environment.Variables are merged key by key and lists (Architectures,
+	// Layers, ...) are the Globals entries followed by the function's, as SAM does.
 	Properties map[string]any
 	// Metadata is the resource's Metadata section (BuildMethod, ...).
 	Metadata map[string]any
@@ -71,16 +72,24 @@ func LookupFunction(t *template.Template, logicalID string) (Function, error) {
 	return f, nil
 }
 
-// mergeGlobals applies SAM's Globals rules: a property set on the resource wins; maps are
-// merged recursively; lists and scalars are replaced.
+// mergeGlobals applies SAM's Globals rules (samtranslator's Globals._do_merge): a scalar or
+// intrinsic set on the resource wins; maps are merged recursively; lists are additive, the
+// Globals entries first ("Lists Are Additive": Globals [a] and resource [b] give [a, b]).
+// Values of different kinds: the resource's wins.
 func mergeGlobals(globals, props map[string]any) map[string]any {
 	out := make(map[string]any, len(globals)+len(props))
 	maps.Copy(out, globals)
 	for k, v := range props {
 		gm, gok := out[k].(map[string]any)
 		pm, pok := v.(map[string]any)
-		if gok && pok && !isIntrinsic(pm) {
+		if gok && pok && !isIntrinsic(gm) && !isIntrinsic(pm) {
 			out[k] = mergeGlobals(gm, pm)
+			continue
+		}
+		gl, glok := out[k].([]any)
+		pl, plok := v.([]any)
+		if glok && plok {
+			out[k] = append(append([]any{}, gl...), pl...)
 			continue
 		}
 		out[k] = v

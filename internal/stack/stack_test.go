@@ -959,6 +959,67 @@ Resources:
 	}
 }
 
+// TestGlobalsListsAreAdditive: SAM prepends a Globals list to the function's own list
+// instead of replacing it (samtranslator Globals._merge_lists: global + local). A function
+// that names Architectures: [x86_64] under Globals [arm64] is deployed with
+// [arm64, x86_64], which CloudFormation rejects (at most one architecture); the runtime
+// settings test must see that list, not [x86_64].
+func TestGlobalsListsAreAdditive(t *testing.T) {
+	doc := `
+Globals:
+  Function:
+    Architectures: [arm64]
+    Layers: [!Ref SharedLayer]
+    VpcConfig: {SecurityGroupIds: [sg-1], SubnetIds: [subnet-1]}
+    Environment: !If [C, {Variables: {A: a}}, !Ref AWS::NoValue]
+Resources:
+  AFunction:
+    Type: AWS::Serverless::Function
+    Properties:
+      Architectures: [x86_64]
+      Layers: [!Ref OwnLayer]
+      VpcConfig: {SecurityGroupIds: [sg-2]}
+      Environment: {Variables: {B: b}}
+  BFunction:
+    Type: AWS::Serverless::Function
+    Properties: {}
+`
+	tpl, err := template.Parse([]byte(doc))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := LookupFunction(tpl, "AFunction")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := a.Architectures(); !slices.Equal(got, []string{"arm64", "x86_64"}) {
+		t.Errorf("Architectures = %v, want [arm64 x86_64] (Globals first)", got)
+	}
+	layers, _ := a.Properties["Layers"].([]any)
+	if len(layers) != 2 {
+		t.Errorf("Layers = %v, want the global layer then the function's", a.Properties["Layers"])
+	}
+	sgs, _ := a.lookup("VpcConfig/SecurityGroupIds").([]any)
+	if !slices.Equal(sgs, []any{"sg-1", "sg-2"}) || a.lookup("VpcConfig/SubnetIds") == nil {
+		t.Errorf("VpcConfig = %v, want SecurityGroupIds [sg-1 sg-2] and the global SubnetIds", a.Properties["VpcConfig"])
+	}
+	// An intrinsic is a scalar to SAM: the function's mapping replaces it.
+	if env, _ := a.Properties["Environment"].(map[string]any); len(env) != 1 || a.Environment()["B"] != "b" {
+		t.Errorf("Environment = %v, want the function's only (the global one is an intrinsic)", a.Properties["Environment"])
+	}
+	b, err := LookupFunction(tpl, "BFunction")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := b.Architectures(); !slices.Equal(got, []string{"arm64"}) {
+		t.Errorf("BFunction Architectures = %v, want [arm64]", got)
+	}
+	// Merging must not write into the Globals' lists.
+	if g := tpl.Globals["Function"].(map[string]any)["Architectures"].([]any); len(g) != 1 {
+		t.Errorf("Globals Architectures changed to %v", g)
+	}
+}
+
 func TestLocalEnvironment(t *testing.T) {
 	tpl, _ := load(t)
 	v, err := Local{
