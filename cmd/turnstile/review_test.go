@@ -2,12 +2,15 @@ package main
 
 import (
 	"context"
+	"os"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
+	"github.com/turnstile-locks/turnstile/internal/policycheck"
 	"github.com/turnstile-locks/turnstile/internal/testenv"
 	"github.com/turnstile-locks/turnstile/lockcore"
 )
@@ -73,4 +76,58 @@ func TestLocksShowItemWaiters(t *testing.T) {
 	wcancel()
 	<-done
 	_ = la.Release(ctx)
+}
+
+// docActions returns the lock-table actions docs/using-lockcore.md's IAM table grants
+// for the row whose first cell starts with row.
+func docActions(t *testing.T, row string) map[string]bool {
+	t.Helper()
+	b, err := os.ReadFile("../../docs/using-lockcore.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if !strings.HasPrefix(line, "| "+row) {
+			continue
+		}
+		cells := strings.Split(line, "|")
+		if len(cells) < 4 {
+			t.Fatalf("IAM table row %q: %d cells", line, len(cells))
+		}
+		got := map[string]bool{}
+		for _, m := range regexp.MustCompile("`([A-Za-z]+)`").FindAllStringSubmatch(cells[2], -1) {
+			got[m[1]] = true
+		}
+		return got
+	}
+	t.Fatalf("docs/using-lockcore.md has no IAM table row %q", row)
+	return nil
+}
+
+// The IAM table of docs/using-lockcore.md is what an operator grants for `turnstile locks
+// release --force`: it must list every action ForceRelease calls on the lock table.
+func TestIAMDocForceReleaseActions(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	db := testenv.Client(t)
+	m, _ := lockcore.NewMutex(db, f.table, opts("worker-a", lockcore.WithHeartbeat(0))...)
+	if _, err := m.Acquire(ctx, "sku#GPU"); err != nil {
+		t.Fatal(err)
+	}
+	rec := policycheck.NewRecorder()
+	in, err := lockcore.NewInspector(rec.Client(db), f.table)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := in.ForceRelease(ctx, "sku#GPU", lockcore.ForceOptions{Actor: "ops", Reason: "drill"}); err != nil {
+		t.Fatal(err)
+	}
+	granted := docActions(t, "`Inspector.ForceRelease`")
+	for _, c := range rec.Calls() {
+		if a := strings.TrimPrefix(c.Action, "dynamodb:"); !granted[a] {
+			t.Errorf("ForceRelease calls %s; the IAM table's Inspector.ForceRelease row grants %v", c, granted)
+		}
+	}
 }
