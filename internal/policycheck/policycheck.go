@@ -85,19 +85,28 @@ func (r *Recorder) Name(name, logicalID string) {
 	r.names[name] = logicalID
 }
 
-// Record records one action on the resource named name.
+// Record records one action on the resource named name ("<table>/index/<index>" for an
+// index: recorded as "<LogicalId>/index/<index>", which no grant on the table's Arn covers).
 func (r *Recorder) Record(action, name string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	id, ok := r.names[name]
+	id, ok := r.names[name] // a name given to Name as a whole (a queue URL) is never cut
+	base, index, onIndex := "", "", false
 	if !ok {
-		if m := testTableName.FindStringSubmatch(name); m != nil {
+		base, index, onIndex = strings.Cut(name, IndexSep)
+		id, ok = r.names[base]
+	}
+	if !ok {
+		if m := testTableName.FindStringSubmatch(base); m != nil {
 			id, ok = m[1], true
 		}
 	}
 	if !ok {
 		r.bad = append(r.bad, fmt.Sprintf("%s on %q: not a template resource name (testenv's <LogicalId>-<hex>, or one given to Name)", action, name))
 		return
+	}
+	if onIndex {
+		id += IndexSep + index
 	}
 	r.calls[Call{Action: action, Resource: id}]++
 }
@@ -133,10 +142,26 @@ func (r *Recorder) Options(o *dynamodb.Options) {
 	})
 }
 
+// IndexSep joins a table and one of its indexes in a Call's Resource: a Query or Scan of
+// an index is authorized on the index's ARN (table/NAME/index/INDEX), which a grant on the
+// table's ARN does not cover.
+const IndexSep = "/index/"
+
+// onIndex is the call of a Query or Scan: on the table, or on its index when the request
+// names one.
+func onIndex(action string, table, index *string) []Call {
+	r := aws.ToString(table)
+	if index != nil {
+		r += IndexSep + aws.ToString(index)
+	}
+	return []Call{{Action: action, Resource: r}}
+}
+
 // DynamoDBActions returns the IAM actions, with the table names they apply to (in
 // Resource), that IAM authorizes for one DynamoDB request: one per table for most
 // operations, one per item for transactions (TransactWriteItems needs PutItem, UpdateItem,
-// DeleteItem or ConditionCheckItem on each item's table; TransactGetItems GetItem).
+// DeleteItem or ConditionCheckItem on each item's table; TransactGetItems GetItem). A Query
+// or Scan of an index applies to "<table>/index/<index>" (IndexSep).
 func DynamoDBActions(in any) []Call {
 	one := func(action string, table *string) []Call {
 		return []Call{{Action: action, Resource: aws.ToString(table)}}
@@ -151,9 +176,9 @@ func DynamoDBActions(in any) []Call {
 	case *dynamodb.DeleteItemInput:
 		return one("dynamodb:DeleteItem", x.TableName)
 	case *dynamodb.QueryInput:
-		return one("dynamodb:Query", x.TableName)
+		return onIndex("dynamodb:Query", x.TableName, x.IndexName)
 	case *dynamodb.ScanInput:
-		return one("dynamodb:Scan", x.TableName)
+		return onIndex("dynamodb:Scan", x.TableName, x.IndexName)
 	case *dynamodb.DescribeTableInput:
 		return one("dynamodb:DescribeTable", x.TableName)
 	case *dynamodb.BatchGetItemInput:

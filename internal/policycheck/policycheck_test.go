@@ -123,6 +123,59 @@ func TestCompare(t *testing.T) {
 		"dynamodb:UpdateItem on LockTable is in policycheck.Allowlist but the tests exercise it")
 }
 
+// A Query or Scan of an index is authorized on the index's ARN, not the table's: granting
+// dynamodb:Query on LockTable.Arn does not let the code query LockTable's indexes, so the
+// check must not pass it.
+func TestIndexCallsAreNotCoveredByTableGrants(t *testing.T) {
+	s := aws.String
+	for in, want := range map[any]string{
+		&dynamodb.QueryInput{TableName: s("LockTable-0123abcd"), IndexName: s("byOwner")}: "dynamodb:Query on LockTable/index/byOwner",
+		&dynamodb.ScanInput{TableName: s("LockTable-0123abcd"), IndexName: s("byOwner")}:  "dynamodb:Scan on LockTable/index/byOwner",
+		&dynamodb.QueryInput{TableName: s("LockTable-0123abcd")}:                          "dynamodb:Query on LockTable",
+	} {
+		rec := NewRecorder()
+		for _, c := range DynamoDBActions(in) {
+			rec.Record(c.Action, c.Resource)
+		}
+		if got := rec.Calls(); len(got) != 1 || got[0].String() != want {
+			t.Errorf("%T: recorded %v, want %s", in, got, want)
+		}
+	}
+
+	tpl, err := template.Parse([]byte(`
+Resources:
+  LockTable:
+    Type: AWS::DynamoDB::Table
+  FnRole:
+    Type: AWS::IAM::Role
+    Properties:
+      Policies:
+        - PolicyName: p
+          PolicyDocument:
+            Statement:
+              - {Effect: Allow, Action: [dynamodb:Query], Resource: !GetAtt LockTable.Arn}
+  Fn:
+    Type: AWS::Serverless::Function
+    Properties:
+      Role: !GetAtt FnRole.Arn
+      Environment: {Variables: {LOCK_TABLE: !Ref LockTable}}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := NewRecorder()
+	for _, c := range DynamoDBActions(&dynamodb.QueryInput{TableName: s("LockTable-0123abcd"), IndexName: s("byOwner")}) {
+		rec.Record(c.Action, c.Resource)
+	}
+	problems, err := Compare(tpl, "Fn", rec, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(problems) != 1 || !strings.Contains(problems[0], "calls dynamodb:Query on LockTable/index/byOwner, which the role does not grant") {
+		t.Errorf("problems = %v, want the index query reported as not granted", problems)
+	}
+}
+
 type fakeM struct{ code int }
 
 func (f fakeM) Run() int { return f.code }
