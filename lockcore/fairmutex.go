@@ -484,6 +484,9 @@ func (m *Mutex) take(ctx context.Context, key string, ac *acquireConfig, start t
 		if classify(err) == errAmbiguous {
 			uncertain = true
 		}
+		if m.cfg.retrySpent(ac.wait, start) {
+			return nil, mutexRow{}, time.Time{}, fmt.Errorf("lockcore: acquire %q: take ticket: %w", key, err)
+		}
 		if serr := sleep(ctx, bo.next()); serr != nil {
 			if last == nil {
 				return nil, mutexRow{}, time.Time{}, fmt.Errorf("lockcore: acquire %q: %w", key, serr)

@@ -106,7 +106,7 @@ func (q *Queue) Acquire(ctx context.Context, key string, opts ...AcquireOption) 
 	var st acqStats
 	defer func() { q.cfg.acquired(ctx, StrategyQueue, key, ac.namespace, t0, st, lease, err) }()
 	leaseID := newLeaseID(q.cfg.owner)
-	ticket, start, ttl, err := q.enqueue(ctx, key, ac.namespace, leaseID, ac.lease)
+	ticket, start, ttl, err := q.enqueue(ctx, key, ac.namespace, leaseID, ac.lease, ac.wait)
 	if err != nil {
 		return nil, err
 	}
@@ -143,7 +143,8 @@ func (q *Queue) TryAcquire(ctx context.Context, key string, opts ...AcquireOptio
 // enqueue issues a ticket and writes its row atomically. It returns the ticket, the time
 // the winning write was sent (the start of the row's validity) and the TTL it gave the
 // row.
-func (q *Queue) enqueue(ctx context.Context, key, ns, leaseID string, lease time.Duration) (int64, time.Time, int64, error) {
+func (q *Queue) enqueue(ctx context.Context, key, ns, leaseID string, lease time.Duration, wait WaitPolicy) (int64, time.Time, int64, error) {
+	began := q.cfg.clock.Now()
 	bo := backoff{base: q.cfg.backoffBase, cap: q.cfg.backoffCap}
 	counterKey := item{attrPK: s(key), attrSK: s(counterSK(ns))}
 	var (
@@ -162,6 +163,12 @@ func (q *Queue) enqueue(ctx context.Context, key, ns, leaseID string, lease time
 	)
 	fail := func(err error) (int64, time.Time, int64, error) { return 0, time.Time{}, 0, err }
 	backOff := func(last error) error { // nil: try again; else the wait ended
+		if q.cfg.retrySpent(wait, began) {
+			if uncertain {
+				q.dropUncertain(ctx, key, ns, ticket, leaseID)
+			}
+			return fmt.Errorf("lockcore: queue %q: take ticket: %w", key, last)
+		}
 		if serr := sleep(ctx, bo.next()); serr != nil {
 			if uncertain {
 				q.dropUncertain(ctx, key, ns, ticket, leaseID)

@@ -599,6 +599,9 @@ func (il *ItemLocker) take(ctx context.Context, h *itemHold, leaseID string, ac 
 				return takeResult{}, &HeldError{Key: h.label, Holder: il.stateHolder(last), Waited: il.cfg.clock.Now().Sub(start), Cause: ctx.Err()}
 			}
 		}
+		if il.cfg.retrySpent(ac.wait, start) {
+			return takeResult{}, fmt.Errorf("lockcore: lock item %s: %w", h.label, err)
+		}
 		if serr := sleep(ctx, bo.next()); serr != nil {
 			return takeResult{}, &HeldError{Key: h.label, Holder: il.stateHolder(last), Waited: il.cfg.clock.Now().Sub(start), Cause: serr}
 		}

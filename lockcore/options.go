@@ -332,7 +332,12 @@ func newConfig(opts []Option) (*config, error) {
 //	WaitUpTo(d)     wait at most d (d > 0), then fail with ErrWaitTimeout
 //	WaitForever()   wait until the context ends
 //
-// A context deadline always wins over the policy.
+// A context deadline always wins over the policy. The policy also bounds retries of
+// transient failures (throttling, conflicting transactions, unknown outcomes) while the
+// lock is being asked for: after the policy's wait, and at least the client's backoff
+// cap (WithBackoff), Acquire returns an error wrapping the last one (for throttling,
+// the SDK's *types.ProvisionedThroughputExceededException or ThrottlingException), not
+// ErrLockHeld — nobody may hold the lock.
 type WaitPolicy struct {
 	max     time.Duration
 	forever bool

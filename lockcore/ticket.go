@@ -338,6 +338,9 @@ func (t *TicketLock) take(ctx context.Context, key string, ac *acquireConfig, st
 		if classify(err) == errAmbiguous {
 			uncertain = true
 		}
+		if t.cfg.retrySpent(ac.wait, start) {
+			return nil, ticketRow{}, time.Time{}, fmt.Errorf("lockcore: ticket lock %q: take ticket: %w", key, err)
+		}
 		if serr := sleep(ctx, bo.next()); serr != nil {
 			return nil, ticketRow{}, time.Time{}, &HeldError{Key: key, Waited: t.cfg.clock.Now().Sub(start), Cause: serr}
 		}

@@ -61,3 +61,13 @@ func (o *observer) stale(now time.Time) *Holder {
 	}
 	return &Holder{LeaseID: o.leaseID, Rev: o.rev}
 }
+
+// retrySpent reports whether a take that keeps failing transiently (throttled, a
+// conflicting transaction, an unknown outcome) since start has used up what its wait
+// policy allows: the policy's wait, and at least the backoff cap, so that NoWait still
+// rides over a short throttle as the SDK's own retries would. Without this bound a
+// throttled table kept a NoWait or WaitUpTo acquisition retrying until its context
+// ended — in a Lambda, the invocation's deadline, past the time kept for cleanup.
+func (c *config) retrySpent(p WaitPolicy, start time.Time) bool {
+	return !p.forever && c.clock.Now().Sub(start) >= max(p.max, c.backoffCap)
+}
