@@ -409,10 +409,16 @@ func (c *cli) showItem(ctx context.Context) error {
 		return err
 	}
 	if c.output == "json" {
-		return writeJSON(c.stdout, il)
+		err = writeJSON(c.stdout, il)
+	} else {
+		writeItemLock(c.stdout, il, time.Now())
 	}
-	writeItemLock(c.stdout, il, time.Now())
-	return nil
+	if err == nil && !il.Exists {
+		// As for a lock row that is not there (exit 1): a mistyped key must not read as
+		// a free lock to a script.
+		err = fmt.Errorf("no item %s in %s: %w", c.key(), c.itemTable, lockcore.ErrLockNotFound)
+	}
+	return err
 }
 
 func cmdWatch(ctx context.Context, c *cli, args []string) error {

@@ -337,6 +337,13 @@ func TestLocksShowItem(t *testing.T) {
 	if _, errs, code := f.run("locks", "show", "--strategy", "item", "pk=SKU#apple"); code != 2 || !strings.Contains(errs, "--item-table") {
 		t.Fatalf("item without --item-table: exit %d: %s", code, errs)
 	}
+	// A missing item is "no such lock" (exit 1), in both outputs, as the README says.
+	for _, o := range []string{"table", "json"} {
+		out, errs, code := f.run("locks", "show", "--strategy", "item", "--item-table", data, "-o", o, "pk=SKU#pear,sk=STOCK")
+		if code != 1 || !strings.Contains(errs, "no item pk=SKU#pear,sk=STOCK") {
+			t.Errorf("missing item (-o %s): exit %d, stdout %q, stderr %q; want exit 1 naming the item", o, code, out, errs)
+		}
+	}
 }
 
 func TestUsageAndConfig(t *testing.T) {
