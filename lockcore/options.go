@@ -442,6 +442,12 @@ func Namespace(ns string) AcquireOption {
 }
 
 // Data stores opaque bytes with the lock (at most 64 KiB), readable by Get.
+//
+// Keep it small. A Mutex keeps each waiter's data in its entry on the lock row until
+// its turn, so the row grows by the data of every waiter: every write to the row is
+// charged by the row's size (1 WCU per KB), and DynamoDB refuses items past 400 KB —
+// six waiters with 64 KiB each would make the next take fail with a ValidationException.
+// An id or two (the shop stores its batch's order ids) is what it is for.
 func Data(b []byte) AcquireOption {
 	return acquireFunc(func(a *acquireConfig) error {
 		if len(b) > 64<<10 {
