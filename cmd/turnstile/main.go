@@ -13,7 +13,7 @@
 //	turnstile locks show      --strategy item --item-table TABLE ATTR=VALUE[,ATTR=VALUE]
 //	turnstile locks watch     KEY [--interval 1s] [--namespace NS] [--strategy S]
 //	turnstile locks abandoned [--skew 5s]
-//	turnstile locks release   KEY --force --reason TEXT [--actor NAME] [--namespace NS] [--strategy mutex|ticket] [--lease ID [--token N]]
+//	turnstile locks release   KEY --force --reason TEXT (--lease ID [--token N] | --token N | --current) [--actor NAME] [--namespace NS] [--strategy mutex|ticket]
 //
 // Every command takes --table, --endpoint, --stack, --region and -o table|json. The lock
 // table is --table, else $TURNSTILE_LOCK_TABLE, else the LockTableName output of the
@@ -78,8 +78,8 @@ Usage:
   turnstile locks show KEY   show every lock on KEY: holder, lease, fence, waiters, audit
   turnstile locks watch KEY  show KEY again every --interval until Ctrl-C
   turnstile locks abandoned  list leases whose holder's lease end + --skew has passed
-  turnstile locks release KEY --force --reason TEXT
-                             end KEY's current lease (Mutex or TicketLock), with an audit record
+  turnstile locks release KEY --force --reason TEXT (--lease ID [--token N] | --token N | --current)
+                             end the named (or --current) lease (Mutex or TicketLock), with an audit record
 
 Run "turnstile locks <command> -h" for a command's flags.
 
@@ -450,12 +450,13 @@ func cmdWatch(ctx context.Context, c *cli, args []string) error {
 }
 
 func cmdRelease(ctx context.Context, c *cli, args []string) error {
-	fs := c.flags("KEY --force --reason TEXT [--actor NAME] [--namespace NS] [--strategy mutex|ticket] [--lease ID [--token N]] [flags]")
+	fs := c.flags("KEY --force --reason TEXT (--lease ID [--token N] | --token N | --current) [--actor NAME] [--namespace NS] [--strategy mutex|ticket] [flags]")
 	force := fs.Bool("force", false, "required: confirm ending another process's lease")
 	reason := fs.String("reason", "", "required: why the lease is ended (kept in the audit record)")
 	actor := fs.String("actor", "", "who releases, for the audit record (default $USER@host, plus the AWS caller ARN against AWS)")
 	lease := fs.String("lease", "", "end only this lease id (\"ticket N\" for a ticket lock), as shown by locks show")
 	token := fs.Int64("token", 0, "end only the lease with this fencing token, as shown by locks show (required with a \"ticket N\" lease id)")
+	current := fs.Bool("current", false, "end whatever lease is current when release runs (instead of --lease/--token: possibly a holder that took over after you looked)")
 	fs.StringVar(&c.namespace, "namespace", "lock", "lock namespace")
 	fs.StringVar(&c.strategy, "strategy", "mutex", "lock strategy: mutex or ticket")
 	if err := c.parse(args, 1); err != nil {
@@ -466,6 +467,13 @@ func cmdRelease(ctx context.Context, c *cli, args []string) error {
 	}
 	if strings.TrimSpace(*reason) == "" {
 		return usagef("--reason is required: say why the lease is ended (it goes into the audit record)")
+	}
+	pinned := *lease != "" || *token != 0
+	switch {
+	case !pinned && !*current:
+		return usagef("--lease or --token is required (as locks show printed them), or --current to end whatever lease is current when release runs — possibly a live holder that took the lock over after you looked")
+	case pinned && *current:
+		return usagef("--current: not with --lease or --token (they pin the lease to end)")
 	}
 	st, err := lockcore.ParseStrategy(c.strategy)
 	if err != nil || (st != lockcore.StrategyMutex && st != lockcore.StrategyTicket) {

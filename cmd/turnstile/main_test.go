@@ -193,10 +193,17 @@ func TestLocksReleaseForce(t *testing.T) {
 	if _, errs, code := f.run(append(args, "--force")...); code != 2 || !strings.Contains(errs, "--reason is required") {
 		t.Fatalf("release without --reason: exit %d: %s", code, errs)
 	}
-	if _, errs, code := f.run(append(args, "--force", "--reason", "x", "--strategy", "queue")...); code != 2 || !strings.Contains(errs, "--strategy") {
+	if _, errs, code := f.run(append(args, "--force", "--reason", "x", "--current", "--strategy", "queue")...); code != 2 || !strings.Contains(errs, "--strategy") {
 		t.Fatalf("release --strategy queue: exit %d: %s", code, errs)
 	}
-	out := f.ok(append(args, "--force", "--reason", "holder hung on a payment call")...)
+	// An unpinned release must say so: it ends whatever lease is current when it runs.
+	if _, errs, code := f.run(append(args, "--force", "--reason", "x")...); code != 2 || !strings.Contains(errs, "--lease or --token is required") {
+		t.Fatalf("release without --lease, --token or --current: exit %d: %s", code, errs)
+	}
+	if _, errs, code := f.run(append(args, "--force", "--reason", "x", "--current", "--lease", "a#b")...); code != 2 || !strings.Contains(errs, "--current: not with") {
+		t.Fatalf("release --current --lease: exit %d: %s", code, errs)
+	}
+	out := f.ok(append(args, "--force", "--reason", "holder hung on a payment call", "--current")...)
 	contains(t, out, "ended lease", l.ID()+" of worker-a", "tester@", "holder hung on a payment call")
 	if err := l.Renew(ctx); !errors.Is(err, lockcore.ErrLeaseLost) {
 		t.Fatalf("holder's renew after release --force: %v, want ErrLeaseLost", err)
@@ -208,7 +215,7 @@ func TestLocksReleaseForce(t *testing.T) {
 	contains(t, out, "released", "last forced", "holder hung on a payment call", "ended lease "+l.ID()+" of worker-a",
 		"audit (force-releases, oldest first)", "tester@")
 	// Nothing left to release: exit 1, saying so.
-	if _, errs, code := f.run(append(args, "--force", "--reason", "again")...); code != 1 || !strings.Contains(errs, "not held") {
+	if _, errs, code := f.run(append(args, "--force", "--reason", "again", "--current")...); code != 1 || !strings.Contains(errs, "not held") {
 		t.Fatalf("second release: exit %d: %s", code, errs)
 	}
 	// JSON record, explicit actor.
