@@ -526,7 +526,7 @@ func (il *ItemLocker) Update(ctx context.Context, lease *ItemLease, update expre
 // fails its condition.
 type writeChain struct {
 	mu      sync.Mutex // one write at a time per lease
-	known   bool       // last is what the item holds (false for an attached lease)
+	known   bool       // last is what the item holds (false for an attached lease until its first write reads it)
 	last    string     // "" = no write id on the item
 	pending []string   // our writes that may still land
 }
@@ -589,6 +589,16 @@ func (il *ItemLocker) write(ctx context.Context, lease *ItemLease, update expres
 	}
 	if release {
 		h.learnTicket(ctx, l)
+	}
+	if !w.known {
+		// An attached handle learns the write chain before its first write. Conditioned
+		// only on not repeating itself, a first write whose request was delayed and then
+		// retried would land again once a later write had changed the write id.
+		cur, err := il.read(ctx, lease.ikey)
+		if err != nil {
+			return nil, fmt.Errorf("lockcore: %s %s: read the item's write id: %w", op, l.key, err)
+		}
+		w.known, w.last = true, attrS(cur, il.attrs.Write)
 	}
 	// Every write carries a fresh id in the Write attribute: after an ambiguous failure
 	// the item itself says whether this write landed.
