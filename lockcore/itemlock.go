@@ -155,9 +155,10 @@ func RequireItem() Option {
 // A ticket whose waiter gave up is withdrawn (its entry removed, or, when the take's
 // outcome was unknown, a tombstone that makes a late take fail); a served ticket without
 // an entry is skipped at once. A take whose response was lost is settled by re-reading
-// the item (our lease id in lockedBy, or our entry), as is every write (the write chain)
-// and a release (its write id, or serving moved past our ticket while our lease was
-// valid — nobody else can move it then).
+// the item (our lease id in lockedBy, or our entry), as is every write (the write chain:
+// its write id, whatever the item shows besides) and a plain Release (its write id, or
+// serving moved past our ticket while our lease was valid — nobody else can move it
+// then, short of deleting the item).
 //
 // Rolling deploys. Clients of the previous release take the item with a conditional
 // write on attribute_not_exists(lockedBy) (or a stale or expired lockedBy) and release it
@@ -664,9 +665,10 @@ func (il *ItemLocker) write(ctx context.Context, lease *ItemLease, update expres
 					return nil, fmt.Errorf("lockcore: %s %s: condition failed and re-read failed: %w", op, l.key, rerr)
 				}
 			}
-			if uncertain && release && h.passedOn(l, il.state(old, h.wid)) {
-				return landed(old) // an earlier attempt landed; the item may have moved on since
-			}
+			// Serving past our ticket does not settle a write as landed (as it settles
+			// Release): the item may have been deleted and created again, its new
+			// tickets served meanwhile. Only the write id does; else the outcome is
+			// unknown (conflict).
 			if release && h.ticket > 0 && flips < 4 && attrS(old, il.attrs.Write) != writeID && h.ownsState(l, il.state(old, h.wid)) {
 				// Still ours: perhaps the release form was wrong (tickets were issued
 				// after ours, or none were).
@@ -721,8 +723,6 @@ func (il *ItemLocker) reread(ctx context.Context, lease *ItemLease, op, writeID 
 	case err != nil:
 		return nil, false, nil
 	case attrS(cur, il.attrs.Write) == writeID:
-		return cur, true, nil
-	case release && lease.hold.passedOn(l, il.state(cur, lease.hold.wid)):
 		return cur, true, nil
 	case lease.hold.ownsState(l, il.state(cur, lease.hold.wid)):
 		return nil, false, nil

@@ -52,3 +52,52 @@ func TestItemAttachedLateDuplicateRefused(t *testing.T) {
 	}
 	_ = la.Release(ctx)
 }
+
+// An UpdateAndRelease whose request never reached the item (a reset before it was sent)
+// while the item was deleted and created again by another client's lock: the new life
+// of the item had served ticket 1 and moved on, which the settling read took for our
+// own release of ticket 1. It reported success for a write that never landed.
+func TestItemUpdateAndReleaseNotSettledByAnotherLifeOfTheItem(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ctx := ctxT(t, 30*time.Second)
+	key := dataKey("life")
+	c, _ := lockcore.NewItemLocker(e.db, e.data, fast("c")...)
+	f := &droppedWrite{DynamoDB: e.db}
+	f.between = func() {
+		// The user deletes the item; another client locks the new item, writes and
+		// releases it (its ticket is 1 again).
+		if _, err := e.db.DeleteItem(ctx, &dynamodb.DeleteItemInput{TableName: &e.data, Key: key}); err != nil {
+			t.Error(err)
+			return
+		}
+		lc, err := c.TryAcquire(ctx, key)
+		if err != nil {
+			t.Errorf("c: %v", err)
+			return
+		}
+		if _, err := lc.UpdateAndRelease(ctx, expression.Set(expression.Name("by"), expression.Value("c")), expression.ConditionBuilder{}); err != nil {
+			t.Errorf("c: %v", err)
+		}
+	}
+	a, _ := lockcore.NewItemLocker(f, e.data, fast("a")...)
+	la, err := a.Acquire(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if la.Token() != 1 {
+		t.Fatalf("setup: token %d", la.Token())
+	}
+	f.armed.Store(true)
+	_, err = la.UpdateAndRelease(ctx, addN, expression.ConditionBuilder{})
+	t.Logf("err = %v", err)
+	if got := readN(t, e, key); got != "<none>" {
+		t.Fatalf("setup: n = %s, the write landed", got)
+	}
+	if err == nil {
+		t.Fatal("UpdateAndRelease reported success, but its write never reached the item")
+	}
+	if !errors.Is(err, lockcore.ErrLeaseLost) {
+		t.Fatalf("want ErrLeaseLost, got %v", err)
+	}
+}
