@@ -621,7 +621,9 @@ func initAttrs(u expression.UpdateBuilder, init map[string]types.AttributeValue)
 // that protocol's take also increments).
 func (il *ItemLocker) initQueue(ctx context.Context, h *itemHold, st itemState) {
 	a := il.attrs
-	cond := expression.AttributeNotExists(name(a.Waiters))
+	// Only on an item that exists: deleted meanwhile, it must not be created again (with
+	// a queue and a serving counter that a queued take then locks, RequireItem or not).
+	cond := expression.And(expression.AttributeExists(name(anyKeyName(h.key))), expression.AttributeNotExists(name(a.Waiters)))
 	upd := expression.Set(name(a.Waiters), value(emptyMap))
 	if !st.hasServing {
 		upd = upd.Set(name(a.Serving), expression.IfNotExists(name(a.Fence), value(0)))

@@ -3,8 +3,10 @@ package lockcore_test
 // Tests of an adversarial review of the locking read (ItemLocker).
 
 import (
+	"context"
 	"errors"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -99,5 +101,61 @@ func TestItemUpdateAndReleaseNotSettledByAnotherLifeOfTheItem(t *testing.T) {
 	}
 	if !errors.Is(err, lockcore.ErrLeaseLost) {
 		t.Fatalf("want ErrLeaseLost, got %v", err)
+	}
+}
+
+// deleteBeforeInitQueue deletes the item just before the first UpdateItem that gives
+// an item a queue (a SET of lockWaiters without ADD), as a user deleting it then would.
+type deleteBeforeInitQueue struct {
+	lockcore.DynamoDB
+	table string
+	key   map[string]types.AttributeValue
+	fired atomic.Bool
+}
+
+func (f *deleteBeforeInitQueue) UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput, o ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error) {
+	names := false
+	for _, v := range in.ExpressionAttributeNames {
+		names = names || v == "lockWaiters"
+	}
+	if names && !strings.Contains(updExpr(in), "ADD") && f.fired.CompareAndSwap(false, true) {
+		if _, err := f.DynamoDB.DeleteItem(ctx, &dynamodb.DeleteItemInput{TableName: &f.table, Key: f.key}); err != nil {
+			return nil, err
+		}
+	}
+	return f.DynamoDB.UpdateItem(ctx, in, o...)
+}
+
+// An item held under the previous release's protocol (lockedBy, no queue) and deleted by
+// the user just before a waiter gave it a queue: that write was conditioned only on the
+// queue's absence, so it created the item again (key, an empty queue and a serving
+// counter), and the waiter — with RequireItem — then locked the item it had recreated.
+func TestItemRequireItemNotRecreatedByQueueInit(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ctx := ctxT(t, 30*time.Second)
+	key := dataKey("initq")
+	if _, err := e.db.PutItem(ctx, &dynamodb.PutItemInput{TableName: &e.data, Item: map[string]types.AttributeValue{
+		"pk": key["pk"], "sk": key["sk"], "data": &types.AttributeValueMemberS{Value: "x"}}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := oldTake(ctx, e.db, e.data, key, "old#1"); err != nil {
+		t.Fatal(err)
+	}
+	f := &deleteBeforeInitQueue{DynamoDB: e.db, table: e.data, key: key}
+	w, _ := lockcore.NewItemLocker(f, e.data, fast("w", lockcore.RequireItem())...)
+	lw, err := w.Acquire(ctx, key, lockcore.WaitUpTo(10*time.Second))
+	if !f.fired.Load() {
+		t.Fatal("setup: the queue was never initialised")
+	}
+	if err == nil {
+		_ = lw.Release(ctx)
+		t.Fatalf("Acquire with RequireItem locked an item deleted by the user (now %v)", readData(t, e, key))
+	}
+	if !errors.Is(err, lockcore.ErrItemNotFound) {
+		t.Fatalf("want ErrItemNotFound, got %v", err)
+	}
+	if it := readData(t, e, key); it != nil {
+		t.Fatalf("the deleted item was created again by lock bookkeeping: %v", it)
 	}
 }
