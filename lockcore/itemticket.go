@@ -657,6 +657,11 @@ func (il *ItemLocker) skip(ctx context.Context, h *itemHold, st itemState, lease
 	}
 	switch {
 	case ticket > 0 && s+1 == ticket:
+		if h.wid != "" {
+			// Only while our ticket stands: a copy landing after we gave up (our entry
+			// withdrawn, or a tombstone) must not lock the item for a lease nobody holds.
+			cond = expression.And(cond, expression.AttributeType(il.waiterPath(h.wid), expression.Number))
+		}
 		upd = upd.Set(name(a.LockedBy), value(leaseID)).Set(name(a.Owner), value(il.cfg.owner)).
 			Set(name(a.Ticket), value(ticket)).
 			Set(name(a.LockTime), value(now.UnixMilli())).

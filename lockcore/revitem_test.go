@@ -6,10 +6,12 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/expression"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
@@ -157,5 +159,76 @@ func TestItemRequireItemNotRecreatedByQueueInit(t *testing.T) {
 	}
 	if it := readData(t, e, key); it != nil {
 		t.Fatalf("the deleted item was created again by lock bookkeeping: %v", it)
+	}
+}
+
+// condNames resolves the attribute names of a request's condition.
+func condNames(in *dynamodb.UpdateItemInput) string {
+	c := aws.ToString(in.ConditionExpression)
+	for k, v := range in.ExpressionAttributeNames {
+		c = strings.ReplaceAll(c, k, v)
+	}
+	return c
+}
+
+// holdSkipClaim holds back the first skip that would make its waiter the holder (a
+// write conditioned on lockRev that puts a lease id of owner w into lockedBy), reports
+// it lost and ends the waiter's context (its Lambda timed out); send delivers it late.
+type holdSkipClaim struct {
+	lockcore.DynamoDB
+	cancel context.CancelFunc
+	mu     sync.Mutex
+	held   *dynamodb.UpdateItemInput
+}
+
+func (f *holdSkipClaim) UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput, o ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error) {
+	claim := false
+	for _, v := range in.ExpressionAttributeValues {
+		if s, ok := v.(*types.AttributeValueMemberS); ok && strings.HasPrefix(s.Value, "w#") {
+			claim = true
+		}
+	}
+	f.mu.Lock()
+	if claim && f.held == nil && strings.Contains(condNames(in), "lockRev") {
+		f.held = in
+		f.mu.Unlock()
+		f.cancel()
+		return nil, errReset
+	}
+	f.mu.Unlock()
+	return f.DynamoDB.UpdateItem(ctx, in, o...)
+}
+
+// A waiter's skip of a stalled holder that would make it the holder was delayed; the
+// waiter gave up (its context ended) and withdrew its ticket; then the skip landed: it
+// was conditioned only on the item as observed (serving, rev, lockedBy), which the dead
+// holder left unchanged, so it locked the item for a lease id nobody holds, and every
+// other client waited one more lease.
+func TestItemLateSkipAfterGiveUpDoesNotLock(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ctx := ctxT(t, 30*time.Second)
+	key := dataKey("lateskip")
+	a, _ := lockcore.NewItemLocker(e.db, e.data, fast("a", lockcore.WithHeartbeat(0))...)
+	if _, err := a.Acquire(ctx, key); err != nil { // a then dies
+		t.Fatal(err)
+	}
+	wctx, cancel := context.WithCancel(ctx)
+	f := &holdSkipClaim{DynamoDB: e.db, cancel: cancel}
+	w, _ := lockcore.NewItemLocker(f, e.data, fast("w")...)
+	_, err := w.Acquire(wctx, key)
+	if err == nil {
+		t.Fatal("setup: w acquired")
+	}
+	f.mu.Lock()
+	held := f.held
+	f.mu.Unlock()
+	if held == nil {
+		t.Fatalf("setup: no skip was held back (%v)", err)
+	}
+	_, lateErr := e.db.UpdateItem(ctx, held) // the skip arrives after w gave up
+	t.Logf("w: %v; late skip: %v", err, lateErr)
+	if by, ok := readData(t, e, key)["lockedBy"].(*types.AttributeValueMemberS); ok && strings.HasPrefix(by.Value, "w#") {
+		t.Fatalf("a late skip of a waiter that gave up locked the item for %s, a lease nobody holds", by.Value)
 	}
 }
