@@ -783,7 +783,7 @@ func (il *ItemLocker) Attach(key map[string]types.AttributeValue, leaseID string
 		return nil, invalidOption("leaseID", "must not be empty")
 	}
 	label := keyLabel(key)
-	h := &itemHold{il: il, key: key, label: label}
+	h := &itemHold{il: il, key: key, label: label, attached: true}
 	l := newLease(h, il.cfg, il.cfg.lease, label, "", leaseID, 0, il.cfg.clock.Now().Add(-il.cfg.lease))
 	l.ikey = key
 	return &ItemLease{Lease: l, locker: il, ikey: key, hold: h}, nil

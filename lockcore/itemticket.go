@@ -169,6 +169,11 @@ type itemHold struct {
 
 	skippedStalled bool
 
+	// attached: a handle of ItemLocker.Attach; grant is the lease (ms) the item granted
+	// the holder when the handle first renewed, which its renewals never shorten.
+	attached bool
+	grant    int64
+
 	// tombWID: a take of this hold failed ambiguously and may still land (a retry took
 	// the item): the waiter id it carried is left as a tombstone in the Waiters map when
 	// our entry ends (or, for a claim, with the release), so that the late copy fails
@@ -313,11 +318,26 @@ func (h *itemHold) renew(ctx context.Context, l *Lease) error {
 	il := h.il
 	a := il.attrs
 	bo := backoff{base: il.cfg.backoffBase, cap: il.cfg.backoffCap}
+	if h.attached && h.grant == 0 {
+		// An attached handle never shortens the lease the item grants its holder
+		// (waiters count it from every renewal, whichever handle sends it): writing its
+		// own client's shorter lease would let them take over while the acquiring
+		// handle still counts its own.
+		it, err := il.read(ctx, h.key)
+		if err != nil {
+			return fmt.Errorf("lockcore: renew %s: %w", l.key, err)
+		}
+		h.grant = il.state(it, "").leaseMs
+	}
 	for {
 		now := il.cfg.clock.Now()
+		d := l.duration // what waiters grant from this renewal on (our validity: l.duration)
+		if g := time.Duration(h.grant) * time.Millisecond; h.attached && g > d {
+			d = g
+		}
 		u := h.claim(expression.Set(name(a.LockTime), value(now.UnixMilli())), l).
-			Set(name(a.Until), value(now.Add(l.duration).UnixMilli())).
-			Set(name(a.LeaseMs), value(l.duration.Milliseconds())).
+			Set(name(a.Until), value(now.Add(d).UnixMilli())).
+			Set(name(a.LeaseMs), value(d.Milliseconds())).
 			Add(name(a.Rev), value(1))
 		e := expr(expression.NewBuilder().WithCondition(h.owns(l)).WithUpdate(initAttrs(u, h.init)))
 		out, err := il.db.UpdateItem(ctx, conditionalUpdate(il.table, h.key, e, types.ReturnValueAllNew), noSDKRetry)

@@ -232,3 +232,36 @@ func TestItemLateSkipAfterGiveUpDoesNotLock(t *testing.T) {
 		t.Fatalf("a late skip of a waiter that gave up locked the item for %s, a lease nobody holds", by.Value)
 	}
 }
+
+// A lease and an attached handle of it whose client uses a shorter lease: the handle's
+// renewal wrote its own (shorter) lease into the item, waiters granted only that after
+// its last renewal, and took over while the acquiring handle still reported most of its
+// lease left.
+func TestItemAttachedShorterLeaseDoesNotShortenTheHolders(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ctx := ctxT(t, 40*time.Second)
+	key := dataKey("attshort")
+	a, _ := lockcore.NewItemLocker(e.db, e.data, fast("a", lockcore.WithLease(30*time.Second))...)
+	la, err := a.Acquire(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = la.Release(ctx) }()
+	b, _ := lockcore.NewItemLocker(e.db, e.data, fast("a", lockcore.WithHeartbeat(0))...) // 3 s leases
+	lb, err := b.Attach(key, la.ID())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := lb.Renew(ctx); err != nil {
+		t.Fatal(err)
+	}
+	c, _ := lockcore.NewItemLocker(e.db, e.data, fast("c")...)
+	lc, err := c.Acquire(ctx, key, lockcore.WaitUpTo(8*time.Second))
+	if err == nil {
+		defer func() { _ = lc.Release(ctx) }()
+		if rem := la.Remaining(); rem > 0 {
+			t.Fatalf("c holds the item while the acquiring handle reports %v left", rem)
+		}
+	}
+}
