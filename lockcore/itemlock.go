@@ -324,6 +324,11 @@ func (il *ItemLocker) Acquire(ctx context.Context, key map[string]types.Attribut
 			}
 		}
 		h.next = wr.st.next
+		for _, w := range wr.st.staleEntries(maxTombGC) {
+			if w != h.wid && w != h.tombWID {
+				h.gc = append(h.gc, w) // removed with our release
+			}
+		}
 		l := newLease(h, il.cfg, ac.lease, label, "", leaseID, Fence(h.ticket), wr.start)
 		l.ikey = key
 		// The lease is not the caller's until Acquire returns it: a renewal that finds

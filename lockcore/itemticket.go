@@ -135,6 +135,19 @@ func (st itemState) oldTombs(now time.Time) []string {
 	return old
 }
 
+// staleEntries returns (up to n) entries of tickets serving has passed: a waiter that was
+// handed the item and unlocked it by its caller's own transaction before writing leaves
+// its entry behind, and no ticket of this item's life can be served again once passed.
+func (st itemState) staleEntries(n int) []string {
+	var stale []string
+	for t, w := range st.waiters {
+		if t < st.serving && len(stale) < n {
+			stale = append(stale, w)
+		}
+	}
+	return stale
+}
+
 // holder describes the served ticket for errors and observers.
 func (il *ItemLocker) stateHolder(st itemState) *Holder {
 	if st.lockedBy == "" {
@@ -513,6 +526,11 @@ func (il *ItemLocker) take(ctx context.Context, h *itemHold, leaseID string, ac 
 			// have read them absent (they are written once the lock is ours).
 			upd := expression.Add(name(a.Fence), value(1)).
 				Set(il.waiterPath(h.wid), expression.IfNotExists(name(a.Fence), value(0)))
+			for _, w := range last.staleEntries(maxTombGC) {
+				if w != h.wid {
+					upd = upd.Remove(il.waiterPath(w)) // as the item looked a moment ago
+				}
+			}
 			e = expr(expression.NewBuilder().WithCondition(cond).WithUpdate(upd))
 		}
 		if first.IsZero() {

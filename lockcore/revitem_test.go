@@ -265,3 +265,90 @@ func TestItemAttachedShorterLeaseDoesNotShortenTheHolders(t *testing.T) {
 		}
 	}
 }
+
+// waitersOf reads the item's queue map.
+func waitersOf(t *testing.T, e *env, key map[string]types.AttributeValue) map[string]types.AttributeValue {
+	t.Helper()
+	m, _ := readData(t, e, key)["lockWaiters"].(*types.AttributeValueMemberM)
+	if m == nil {
+		return nil
+	}
+	return m.Value
+}
+
+// A holder that waited for the item and unlocked it with its caller's own transaction
+// (as the shop's order decision does) before any write of its own left its queue entry
+// on the item, and nothing ever removed it (the ticket was never served again): one
+// more entry on the data item per such critical section, without bound.
+func TestItemCallerUnlockLeavesNoQueueEntry(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ctx := ctxT(t, 30*time.Second)
+	key := dataKey("caller-unlock-entry")
+	a := lockcore.DefaultItemAttributes
+	unlock := expression.Remove(expression.Name(a.LockedBy)).Remove(expression.Name(a.Owner)).
+		Remove(expression.Name(a.Until)).Remove(expression.Name(a.LockTime))
+	_, _, l2 := handedOver(t, e, ctx, key)
+	if err := transactUpdate(t, e, ctx, key, l2.HeldCondition(), unlock); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(waitersOf(t, e, key)); n != 1 {
+		t.Fatalf("setup: %d entries after the caller's unlock", n)
+	}
+	// The next holder takes the free item and releases it; then a contended round: a
+	// holder, a waiter queued behind it.
+	c, _ := lockcore.NewItemLocker(e.db, e.data, fast("c")...)
+	lc, err := c.Acquire(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := lc.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if w := waitersOf(t, e, key); len(w) != 0 {
+		t.Fatalf("the entry of a ticket long passed is still on the item after the next release: %v", w)
+	}
+	// Again, and this time the next holder is unlocked by its caller too; a waiter that
+	// queues behind the one after it removes the stale entry with its take.
+	_, _, l2 = handedOver(t, e, ctx, key)
+	if err := transactUpdate(t, e, ctx, key, l2.HeldCondition(), unlock); err != nil {
+		t.Fatal(err)
+	}
+	var stale string
+	for k := range waitersOf(t, e, key) {
+		stale = k
+	}
+	if stale == "" {
+		t.Fatal("setup: no entry left by the caller's unlock")
+	}
+	if lc, err = c.Acquire(ctx, key); err != nil {
+		t.Fatal(err)
+	}
+	d, _ := lockcore.NewItemLocker(e.db, e.data, fast("d")...)
+	got := make(chan *lockcore.ItemLease, 1)
+	go func() {
+		ld, err := d.Acquire(ctx, key, lockcore.WaitUpTo(10*time.Second))
+		if err != nil {
+			t.Error(err)
+		}
+		got <- ld
+	}()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		w := waitersOf(t, e, key)
+		if _, old := w[stale]; len(w) > 1 || (len(w) == 1 && !old) {
+			if old {
+				t.Fatalf("a waiter queued behind a holder; the stale entry %s is still there: %v", stale, w)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("d never queued: %v", w)
+		}
+	}
+	if err := lc.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if ld := <-got; ld != nil {
+		_ = ld.Release(ctx)
+	}
+}
