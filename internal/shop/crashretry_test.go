@@ -19,8 +19,8 @@ import (
 // past the fifth reached the dead-letter queue (maxReceiveCount 5) although they are valid
 // and their stock is free.
 //
-// The retry now watches the later order locks while it waits for the first, and
-// decides all three orders in one invocation.
+// The retry now watches the later order locks whose holder is past its lease end while
+// it waits for the first, and decides all three orders in one invocation.
 func TestCrashedBatchRetryTakesOverEveryOrderLock(t *testing.T) {
 	e := newEnv(t)
 	seed(t, e.service(t, "seed"), map[string]int{"A": 5, "B": 5, "C": 5})
@@ -45,6 +45,10 @@ func TestCrashedBatchRetryTakesOverEveryOrderLock(t *testing.T) {
 		return nil
 	}))
 	_ = dead.ProcessOrders(ctxT(t, 6*time.Second), orders)
+	// The messages come back after the queue's visibility timeout, which is longer than
+	// the function's timeout and so than the order lease: the dead holder's lease ends
+	// have passed.
+	time.Sleep(4200 * time.Millisecond)
 
 	res := svc("retry").ProcessOrders(ctxT(t, 6*time.Second), orders)
 	for i, r := range res {
