@@ -885,14 +885,31 @@ func (h *mutexHold) renew(ctx context.Context, l *Lease) error {
 		return err
 	}
 	bo := backoff{base: m.cfg.backoffBase, cap: m.cfg.backoffCap}
+	// The recorded lease end only moves forward: a late copy of an earlier renewal (sent,
+	// timed out, retried, landing after a later renewal) must not set hUntil back to its
+	// older value, or a waiter in wall-clock mode would skip us while our validity (from
+	// the later renewal) still runs. Where the row records a later end for our ticket
+	// (a handoff from a holder with a longer lease, a clock stepped back), the renewal
+	// keeps it (keepUntil).
+	keepUntil, flips := false, 0
 	for {
 		now := m.cfg.clock.Now()
-		e := expr(expression.NewBuilder().WithCondition(h.ours()).WithUpdate(
-			expression.Add(name(attrRev), value(1)).
-				Set(name(attrHFor), name(attrServing)).
-				Set(name(attrHOwner), value(l.owner)).
-				Set(name(attrHUntil), value(now.Add(l.duration).UnixMilli())).
-				Set(name(attrExpiresAt), value(m.cfg.ttlAt(now, l.duration+m.cfg.ttlGrace)))))
+		until := now.Add(l.duration).UnixMilli()
+		later := expression.Or(
+			expression.AttributeNotExists(name(attrHUntil)),
+			expression.NotEqual(name(attrHFor), name(attrServing)),
+			expression.LessThanEqual(name(attrHUntil), value(until)))
+		upd := expression.Add(name(attrRev), value(1)).
+			Set(name(attrHFor), name(attrServing)).
+			Set(name(attrHOwner), value(l.owner)).
+			Set(name(attrExpiresAt), value(m.cfg.ttlAt(now, l.duration+m.cfg.ttlGrace)))
+		cond := expression.And(h.ours(), later)
+		if keepUntil {
+			cond = expression.And(h.ours(), expression.Not(later))
+		} else {
+			upd = upd.Set(name(attrHUntil), value(until))
+		}
+		e := expr(expression.NewBuilder().WithCondition(cond).WithUpdate(upd))
 		out, err := m.db.UpdateItem(ctx, conditionalUpdate(m.table, m.keyOf(h.key, h.ns), e, types.ReturnValueAllNew), noSDKRetry)
 		switch {
 		case err == nil:
@@ -914,7 +931,18 @@ func (h *mutexHold) renew(ctx context.Context, l *Lease) error {
 					return fmt.Errorf("lockcore: renew %q: condition failed and re-read failed: %w", l.key, rerr)
 				}
 			}
-			legacy, ferr := h.failure("renew", l, parseMutexRow(old, h.wattr))
+			row := parseMutexRow(old, h.wattr)
+			if row.format == fmtFair && row.ownEntry && row.serving == row.ownTicket {
+				// Still ours: the variant that fits the recorded end.
+				keepUntil = row.hFor == row.serving && row.hUntil > until
+				if flips++; flips > 2 {
+					if serr := sleep(ctx, bo.next()); serr != nil {
+						return fmt.Errorf("lockcore: renew %q: %w", h.key, serr)
+					}
+				}
+				continue
+			}
+			legacy, ferr := h.failure("renew", l, row)
 			if legacy {
 				return m.renew(ctx, l)
 			}
