@@ -603,6 +603,12 @@ func (m *Mutex) waitForRoom(ctx context.Context, key string, ac *acquireConfig, 
 	return nil
 }
 
+// forcedOf reports whether the row records a force-release of lease id or ticket tk.
+func forcedOf(r mutexRow, id string, tk int64) bool {
+	f := attrS(r.raw, attrForcedLease)
+	return f != "" && (f == id || (tk != 0 && f == ticketLeaseID(tk)))
+}
+
 // servedKey names the served ticket of a row in the observation memory.
 func (r mutexRow) servedKey() string { return r.life + "\x00" + strconv.FormatInt(r.serving, 10) }
 
@@ -1139,6 +1145,13 @@ func (h *mutexHold) release(ctx context.Context, l *Lease) error {
 				return ferr
 			case uncertain && h.ticket != 0 && row.exists && row.life == h.life && row.rel == h.ticket:
 				return nil // our earlier attempt landed
+			case uncertain && l.Remaining() > 0 && row.exists && (h.ticket == 0 || row.life == h.life) &&
+				(h.ticket == 0 || row.skip != h.ticket) && !forcedOf(row, l.id, h.ticket):
+				// Our ticket was passed, and later holders may have released since (rel
+				// names theirs). But our lease is still valid by our clock, and no waiter
+				// skips a ticket while its lease is valid (see Mutex): only our own
+				// release can have passed it. (A force-release is recorded.)
+				return nil
 			case uncertain && !(h.ticket != 0 && row.exists && row.life == h.life && row.skip == h.ticket):
 				return &LeaseError{Op: "release", Key: h.key, LeaseID: l.id, Current: row.holder(), Err: errLostUnknown}
 			}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/turnstile-locks/turnstile/lockcore"
 )
@@ -191,5 +192,48 @@ func queueAsync(t *testing.T, e *env, ctx context.Context, wg *sync.WaitGroup, o
 		cancel()
 		<-failed
 		return false
+	}
+}
+
+// A release whose response is lost although it landed, while the lock passes through the
+// next holder (who enters and releases) before the retry: the retry finds neither its
+// entry nor rel = its ticket, and the release was reported lost with an unknown outcome
+// (ErrLeaseLost, and a LeaseLost event: "work may have overlapped another holder's").
+// But the holder's lease was still valid by its own clock when the retry failed, and no
+// waiter skips a ticket while its lease is valid: only its own release can have passed it.
+func TestMutexAmbiguousReleaseSettledByValidity(t *testing.T) {
+	e := newEnv(t)
+	ctx := ctxT(t, 30e9)
+	b, _ := lockcore.NewMutex(e.db, e.locks, fast("b")...)
+	bAcq := make(chan struct{})
+	f := &faulty{DynamoDB: e.db}
+	f.landAndLose = func(in *dynamodb.UpdateItemInput) bool {
+		return in.ReturnValues == types.ReturnValueNone && strings.Contains(updExpr(in), "REMOVE")
+	}
+	f.between = func() { <-bAcq } // b enters and releases before the retry
+	var lost, released int
+	a, _ := lockcore.NewMutex(f, e.locks, fast("a", lockcore.WithObserver(lockcore.Observer{
+		LeaseLost: func(context.Context, lockcore.LeaseEvent) { lost++ },
+		Released:  func(context.Context, lockcore.LeaseEvent) { released++ },
+	}))...)
+	la, err := a.Acquire(ctx, "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		defer close(bAcq)
+		lb, err := b.Acquire(ctx, "k")
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		if err := lb.Release(ctx); err != nil {
+			t.Error(err)
+		}
+	}()
+	time.Sleep(200 * time.Millisecond) // b queued
+	err = la.Release(ctx)
+	if err != nil || lost != 0 || released != 1 {
+		t.Fatalf("release landed, lease valid throughout; got err %v, lost events %d, released events %d", err, lost, released)
 	}
 }
