@@ -38,6 +38,7 @@ type Lease struct {
 	validUntil time.Time     // local clock: start of the last successful acquire/renew + duration
 	renewFor   time.Duration // a renewal's validity when shorter than duration (0: duration)
 	finished   bool          // released or lost
+	releasing  int           // Release calls under way: they decide how the lease ended
 	err        error
 	done       chan struct{}
 	stopHB     context.CancelFunc
@@ -160,7 +161,14 @@ func (l *Lease) Renew(ctx context.Context) error {
 	err := l.ops.renew(ctx, l)
 	if err != nil {
 		if errors.Is(err, ErrLeaseLost) {
-			l.finish(err)
+			// A renewal that finds the lease gone while a Release is under way may have
+			// found it released: the release reports how the lease ended.
+			l.mu.Lock()
+			releasing := l.releasing > 0
+			l.mu.Unlock()
+			if !releasing {
+				l.finish(err)
+			}
 		}
 		return err
 	}
@@ -198,8 +206,12 @@ func (l *Lease) Release(ctx context.Context) error {
 		l.mu.Unlock()
 		return err
 	}
+	l.releasing++
 	l.mu.Unlock()
 	err := l.ops.release(ctx, l)
+	l.mu.Lock()
+	l.releasing--
+	l.mu.Unlock()
 	if err != nil && !errors.Is(err, ErrLeaseLost) {
 		return err // transient or not ours: the lease may still be held
 	}

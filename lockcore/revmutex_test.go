@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -235,5 +236,60 @@ func TestMutexAmbiguousReleaseSettledByValidity(t *testing.T) {
 	err = la.Release(ctx)
 	if err != nil || lost != 0 || released != 1 {
 		t.Fatalf("release landed, lease valid throughout; got err %v, lost events %d, released events %d", err, lost, released)
+	}
+}
+
+// reorder holds a renewal back until a release has landed, and holds the release's
+// response back until the renewal's answer came: answers arriving out of order.
+type reorder struct {
+	lockcore.DynamoDB
+	armed    atomic.Bool
+	released chan struct{} // closed when the release landed
+	renewed  chan struct{} // closed when the renewal's answer came
+}
+
+func (f *reorder) UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput, o ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error) {
+	if !f.armed.Load() {
+		return f.DynamoDB.UpdateItem(ctx, in, o...)
+	}
+	if isRenew(in) {
+		<-f.released
+		out, err := f.DynamoDB.UpdateItem(ctx, in, o...)
+		close(f.renewed)
+		return out, err
+	}
+	out, err := f.DynamoDB.UpdateItem(ctx, in, o...)
+	close(f.released)
+	<-f.renewed
+	return out, err
+}
+
+// A renewal racing a release on the same lease (Lease is safe for concurrent use): the
+// release lands first, the renewal then fails its condition and marks the lease lost
+// (Err = ErrLeaseLost, a LeaseLost event) before the release's answer comes back; the
+// release then returns nil, but the lease stays reported lost: a clean release reported as
+// a lost lease ("work may have overlapped another holder's").
+func TestMutexRenewRacingReleaseReportsRelease(t *testing.T) {
+	e := newEnv(t)
+	ctx := ctxT(t, 30e9)
+	f := &reorder{DynamoDB: e.db, released: make(chan struct{}), renewed: make(chan struct{})}
+	var lost, released atomic.Int32
+	a, _ := lockcore.NewMutex(f, e.locks, fast("a", lockcore.WithHeartbeat(0), lockcore.WithObserver(lockcore.Observer{
+		LeaseLost: func(context.Context, lockcore.LeaseEvent) { lost.Add(1) },
+		Released:  func(context.Context, lockcore.LeaseEvent) { released.Add(1) },
+	}))...)
+	la, err := a.Acquire(ctx, "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.armed.Store(true)
+	renewErr := make(chan error, 1)
+	go func() { renewErr <- la.Renew(ctx) }()
+	time.Sleep(50 * time.Millisecond) // the renewal is on its way
+	rerr := la.Release(ctx)
+	t.Logf("renew: %v", <-renewErr)
+	if rerr != nil || la.Err() != nil || lost.Load() != 0 || released.Load() != 1 {
+		t.Fatalf("Release = %v, Err() = %v, lost events %d, released events %d; want a clean release reported as such",
+			rerr, la.Err(), lost.Load(), released.Load())
 	}
 }
