@@ -39,6 +39,7 @@ type Lease struct {
 	renewFor   time.Duration // a renewal's validity when shorter than duration (0: duration)
 	finished   bool          // released or lost
 	releasing  int           // Release calls under way: they decide how the lease ended
+	watching   bool          // a failed Release left a validity watcher (watchValidity)
 	err        error
 	done       chan struct{}
 	stopHB     context.CancelFunc
@@ -213,10 +214,48 @@ func (l *Lease) Release(ctx context.Context) error {
 	l.releasing--
 	l.mu.Unlock()
 	if err != nil && !errors.Is(err, ErrLeaseLost) {
-		return err // transient or not ours: the lease may still be held
+		// Transient or not ours: the lease may still be held, but its heartbeat is
+		// stopped. Report it lost once its validity runs out, as the heartbeat would
+		// (unless a later Release ends it first), so that Done and Err never stay silent.
+		l.watchValidity()
+		return err
 	}
 	l.finish(err)
 	return err
+}
+
+// watchValidity reports the lease lost when its local validity runs out without a
+// renewal (after a failed Release stopped its heartbeat). One watcher per lease.
+func (l *Lease) watchValidity() {
+	l.mu.Lock()
+	if l.watching || l.finished {
+		l.mu.Unlock()
+		return
+	}
+	l.watching = true
+	l.mu.Unlock()
+	go func() {
+		for {
+			rem := l.Remaining()
+			if rem <= 0 {
+				l.mu.Lock()
+				releasing := l.releasing > 0
+				l.mu.Unlock()
+				if !releasing {
+					l.finish(&LeaseError{Op: "validity", Key: l.key, LeaseID: l.id, Err: ErrLeaseLost})
+					return
+				}
+				rem = 10 * time.Millisecond // a Release under way decides
+			}
+			t := time.NewTimer(rem)
+			select {
+			case <-l.done:
+				t.Stop()
+				return
+			case <-t.C:
+			}
+		}
+	}()
 }
 
 // finish marks the lease released (err == nil) or lost.

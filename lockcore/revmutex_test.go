@@ -293,3 +293,50 @@ func TestMutexRenewRacingReleaseReportsRelease(t *testing.T) {
 			rerr, la.Err(), lost.Load(), released.Load())
 	}
 }
+
+// throttleReleases answers every release (a write without return values that removes
+// attributes) with throttling, without sending it.
+type throttleReleases struct {
+	lockcore.DynamoDB
+	on atomic.Bool
+}
+
+func (f *throttleReleases) UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput, o ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error) {
+	if f.on.Load() && in.ReturnValues == types.ReturnValueNone && strings.Contains(updExpr(in), "REMOVE") {
+		return nil, &types.ProvisionedThroughputExceededException{Message: aws.String("throttled")}
+	}
+	return f.DynamoDB.UpdateItem(ctx, in, o...)
+}
+
+// A Release that fails transiently (throttled until its context ends) leaves the lease
+// held, as it says ("the lease may still be held") - but it has stopped the heartbeat
+// for good: the lock then ran out silently, Done never closed, Err stayed nil and no
+// LeaseLost event came, while waiters could take the lock over. It must be reported
+// lost when its validity runs out, as the heartbeat reports it.
+func TestMutexFailedReleaseReportedAtValidityEnd(t *testing.T) {
+	e := newEnv(t)
+	ctx := ctxT(t, 30e9)
+	f := &throttleReleases{DynamoDB: e.db}
+	a, _ := lockcore.NewMutex(f, e.locks, fast("a")...)
+	la, err := a.Acquire(ctx, "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.on.Store(true)
+	rctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	if err := la.Release(rctx); err == nil {
+		t.Fatal("release succeeded")
+	}
+	cancel()
+	time.Sleep(la.Duration() + time.Second)
+	select {
+	case <-la.Done():
+		t.Logf("lease ended: %v", la.Err())
+	default:
+		if la.Remaining() <= 0 {
+			t.Fatalf("after a failed Release the lease ran out (Remaining 0) but Done is open and Err nil: never reported lost")
+		}
+	}
+	f.on.Store(false)
+	_ = la.Release(ctx)
+}
