@@ -389,16 +389,6 @@ func (m *Mutex) take(ctx context.Context, key string, ac *acquireConfig, start t
 			h.ticket, h.life, h.next = row.ownTicket, row.life, row.next
 			h.gc = row.oldTombs(now)
 			h.tomb = uncertain
-			if row.serving != h.ticket && itemBytes(out.Attributes) > maxRowBytes-rowHeadroom {
-				// Our ticket took room the holder's writes need: give it back and wait
-				// for the queue to shrink.
-				m.withdraw(ctx, h)
-				h, uncertain, first = m.newHold(key, ac.namespace, compactID()), false, time.Time{}
-				if err := m.waitForRoom(ctx, key, ac, start, &bo, row.holder()); err != nil {
-					return nil, mutexRow{}, time.Time{}, err
-				}
-				continue
-			}
 			if free && stale != nil {
 				st.takeover = true // a row of the previous format, taken over
 			}
@@ -487,18 +477,6 @@ func (m *Mutex) take(ctx context.Context, key string, ac *acquireConfig, start t
 			}
 			continue
 		case errFatal:
-			if tooLarge(err) {
-				// The queue's data fills the row (the engine refuses a write before its
-				// condition, so a take of a free lock may see this too: a full row is busy).
-				if free && !noWait(ac.wait) {
-					free = false
-					continue
-				}
-				if err := m.waitForRoom(ctx, key, ac, start, &bo, last); err != nil {
-					return nil, mutexRow{}, time.Time{}, err
-				}
-				continue
-			}
 			return nil, mutexRow{}, time.Time{}, fmt.Errorf("lockcore: acquire %q: take ticket: %w", key, err)
 		}
 		// Throttled, or ambiguous: the retry carries the same w# entry, so if the first
@@ -516,91 +494,6 @@ func (m *Mutex) take(ctx context.Context, key string, ac *acquireConfig, start t
 			return nil, mutexRow{}, time.Time{}, &HeldError{Key: key, Holder: last, Waited: m.cfg.clock.Now().Sub(start), Cause: serr}
 		}
 	}
-}
-
-// Row size. DynamoDB refuses a write that makes an item larger than 400 KB, and the
-// waiters' data (up to 64 KiB each) can fill a Mutex row. The holder's writes add a few
-// attributes (a heartbeat records hOwner, which a handoff removed; releases and skips
-// record rel, skip, holdMs and the next ticket's hFor/hUntil/hSince; a new life its
-// epoch), so a queued take that leaves less than rowHeadroom withdraws its ticket and
-// waits for room: otherwise the holder's heartbeat fails and it loses the lock.
-const (
-	maxRowBytes = 400 << 10
-	rowHeadroom = 2 << 10
-)
-
-// itemBytes bounds an item's size as DynamoDB counts it from above (names plus values;
-// a number counted as its decimal text, which is never less than its stored size).
-func itemBytes(it item) int {
-	n := 0
-	for k, v := range it {
-		n += len(k) + valueBytes(v)
-	}
-	return n
-}
-
-func valueBytes(v types.AttributeValue) int {
-	switch v := v.(type) {
-	case *types.AttributeValueMemberS:
-		return len(v.Value)
-	case *types.AttributeValueMemberN:
-		return len(v.Value) + 1
-	case *types.AttributeValueMemberB:
-		return len(v.Value)
-	case *types.AttributeValueMemberL:
-		n := 3
-		for _, e := range v.Value {
-			n += 1 + valueBytes(e)
-		}
-		return n
-	case *types.AttributeValueMemberM:
-		n := 3
-		for k, e := range v.Value {
-			n += 1 + len(k) + valueBytes(e)
-		}
-		return n
-	case *types.AttributeValueMemberSS:
-		n := 0
-		for _, e := range v.Value {
-			n += len(e)
-		}
-		return n
-	case *types.AttributeValueMemberBS:
-		n := 0
-		for _, e := range v.Value {
-			n += len(e)
-		}
-		return n
-	case *types.AttributeValueMemberNS:
-		n := 0
-		for _, e := range v.Value {
-			n += len(e) + 1
-		}
-		return n
-	}
-	return 1
-}
-
-// tooLarge reports whether err is DynamoDB's refusal of a write that would make the item
-// larger than its limit.
-func tooLarge(err error) bool {
-	return strings.Contains(err.Error(), "exceeded the maximum allowed size")
-}
-
-// waitForRoom waits (backing off) for a full row to shrink, as the wait policy allows.
-func (m *Mutex) waitForRoom(ctx context.Context, key string, ac *acquireConfig, start time.Time, bo *backoff, holder *Holder) error {
-	waited := m.cfg.clock.Now().Sub(start)
-	if noWait(ac.wait) || (!ac.wait.forever && waited >= ac.wait.max) {
-		return &HeldError{Key: key, Holder: holder, Waited: waited, TimedOut: !noWait(ac.wait)}
-	}
-	d := bo.next()
-	if !ac.wait.forever {
-		d = min(d, ac.wait.max-waited)
-	}
-	if err := sleep(ctx, max(d, time.Millisecond)); err != nil {
-		return &HeldError{Key: key, Holder: holder, Waited: m.cfg.clock.Now().Sub(start), Cause: err}
-	}
-	return nil
 }
 
 // forcedOf reports whether the row records a force-release of lease id or ticket tk.

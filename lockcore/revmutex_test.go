@@ -2,9 +2,7 @@ package lockcore_test
 
 import (
 	"context"
-	"fmt"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -104,95 +102,6 @@ func TestMutexRenewKeepsLaterRecordedLeaseEnd(t *testing.T) {
 	}
 	if err := lb.Release(ctx); err != nil {
 		t.Fatal(err)
-	}
-}
-
-// Waiters' data can fill the row up to DynamoDB's 400 KB item limit. A holder that came
-// in by a handoff has no hOwner recorded (the handoff removes it), so its heartbeat,
-// which writes hOwner, no longer fits: it fails (ValidationException, taken as a fatal
-// error) until the lease runs out, and every following holder fares the same while the
-// queue stays full. Waiters must not use the room the holder's writes need.
-func TestMutexFullRowKeepsHoldersHeartbeat(t *testing.T) {
-	e := newEnv(t)
-	ctx := ctxT(t, 60e9)
-	hb := lockcore.WithHeartbeat(0)
-	a, _ := lockcore.NewMutex(e.db, e.locks, fast("a")...) // heartbeats while the queue fills
-	la, err := a.Acquire(ctx, "k")
-	if err != nil {
-		t.Fatal(err)
-	}
-	wctx, cancel := context.WithCancel(ctx)
-	var wg sync.WaitGroup
-	defer wg.Wait()
-	defer cancel()
-	bq := make(chan struct{}, 1)
-	bm, _ := lockcore.NewMutex(e.db, e.locks, fast(strings.Repeat("b", 250), hb,
-		lockcore.WithAfterTicketHook(func(string, int64) { bq <- struct{}{} }))...)
-	bl := make(chan *lockcore.Lease, 1)
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		l, err := bm.Acquire(wctx, "k", lockcore.Data(make([]byte, 64<<10)))
-		if err != nil {
-			t.Error(err)
-		}
-		bl <- l
-	}()
-	<-bq
-	for i := range 5 {
-		if !queueAsync(t, e, wctx, &wg, fmt.Sprintf("w%d", i), 64<<10) {
-			t.Fatalf("waiter %d not queued", i)
-		}
-	}
-	n := 16 << 10
-	for ; n > 0; n -= 128 {
-		if queueAsync(t, e, wctx, &wg, "filler", n) {
-			break
-		}
-	}
-	t.Logf("filler queued with %d bytes", n)
-	if err := la.Release(ctx); err != nil {
-		t.Fatal(err)
-	}
-	lb := <-bl
-	if lb == nil {
-		t.FailNow()
-	}
-	if err := lb.Renew(ctx); err != nil {
-		t.Fatalf("the holder's heartbeat fails on a row its waiters filled: %v", err)
-	}
-	_ = lb.Release(ctx)
-}
-
-// queueAsync starts a waiter with data of n bytes and reports whether its ticket was
-// issued within 300ms (it then waits on under ctx); otherwise the waiter is stopped.
-func queueAsync(t *testing.T, e *env, ctx context.Context, wg *sync.WaitGroup, owner string, n int) bool {
-	queued := make(chan struct{}, 1)
-	hook := lockcore.WithAfterTicketHook(func(string, int64) { queued <- struct{}{} })
-	m, _ := lockcore.NewMutex(e.db, e.locks, fast(owner, lockcore.WithHeartbeat(0), hook)...)
-	wctx, cancel := context.WithCancel(ctx)
-	failed := make(chan error, 1)
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		defer cancel()
-		l, err := m.Acquire(wctx, "k", lockcore.Data(make([]byte, n)))
-		if err != nil {
-			failed <- err
-			return
-		}
-		_ = l.Release(context.Background())
-	}()
-	select {
-	case <-queued:
-		return true
-	case err := <-failed:
-		t.Logf("%s with %d bytes: %v", owner, n, err)
-		return false
-	case <-time.After(300 * time.Millisecond):
-		cancel()
-		<-failed
-		return false
 	}
 }
 
