@@ -176,8 +176,8 @@ type itemHold struct {
 	gc     []string
 	since  time.Time
 
-	// io serializes the heartbeat's renewals with the holder's writes: both record what
-	// they learn of the item (entry, next) in the hold.
+	// io serializes the heartbeat's renewals, the holder's writes and its release: each
+	// records what it learns of the item (entry, next, gc) in the hold.
 	io sync.Mutex
 
 	skippedStalled bool
@@ -380,6 +380,10 @@ func (h *itemHold) renew(ctx context.Context, l *Lease) error {
 
 // release implements leaseOps: it passes the item on to the next ticket, or frees it.
 func (h *itemHold) release(ctx context.Context, l *Lease) error {
+	// Serialized with the holder's writes (Update, UpdateAndRelease), as renewals are:
+	// both read and record what they learn of the item (ticket, next, entry, gc) in h.
+	h.io.Lock()
+	defer h.io.Unlock()
 	il := h.il
 	if !h.since.IsZero() {
 		il.pacing.held(il.pacingKey(h.label), il.cfg.clock.Now().Sub(h.since))
