@@ -42,6 +42,32 @@ func waitLockQueued(t *testing.T, ctx context.Context, e *env, key string) {
 	}
 }
 
+// acquireResult is what an AcquireAll returned.
+type acquireResult struct {
+	ml  *lockcore.MultiLease
+	err error
+}
+
+// acquireAllWaiting has client "c" hold key2 and client "a" (with hb, its heartbeat
+// option) call AcquireAll(key1, key2), and returns once a holds key1 and waits for key2:
+// c's lease on key2, and where a's AcquireAll will report.
+func acquireAllWaiting(t *testing.T, ctx context.Context, e *env, hb lockcore.Option, key1, key2 string) (*lockcore.Lease, <-chan acquireResult) {
+	t.Helper()
+	a, _ := lockcore.NewMutex(e.db, e.locks, fast("a", hb)...)
+	c, _ := lockcore.NewMutex(e.db, e.locks, fast("c")...)
+	lc, err := c.Acquire(ctx, key2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan acquireResult, 1)
+	go func() {
+		ml, err := a.AcquireAll(ctx, []string{key1, key2})
+		done <- acquireResult{ml, err}
+	}()
+	waitLockQueued(t, ctx, e, key2)
+	return lc, done
+}
+
 // AcquireAll must not return a set in which a key is no longer held. With automatic
 // heartbeats off (WithHeartbeat(0): the caller renews), the lease on an earlier key runs
 // out while AcquireAll waits for a later one; a waiter then skips the stalled ticket and
@@ -51,23 +77,8 @@ func TestAcquireAllNeverReturnsAnExpiredKey(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	ctx := ctxT(t, time.Minute)
-	a, _ := lockcore.NewMutex(e.db, e.locks, fast("a", lockcore.WithHeartbeat(0))...)
-	c, _ := lockcore.NewMutex(e.db, e.locks, fast("c")...)
 	d, _ := lockcore.NewMutex(e.db, e.locks, fast("d")...)
-	lc, err := c.Acquire(ctx, "m2")
-	if err != nil {
-		t.Fatal(err)
-	}
-	type res struct {
-		ml  *lockcore.MultiLease
-		err error
-	}
-	done := make(chan res, 1)
-	go func() {
-		ml, err := a.AcquireAll(ctx, []string{"m1", "m2"})
-		done <- res{ml, err}
-	}()
-	waitLockQueued(t, ctx, e, "m2") // a holds m1 and waits for m2
+	lc, done := acquireAllWaiting(t, ctx, e, lockcore.WithHeartbeat(0), "m1", "m2") // a holds m1 and waits for m2
 	// d queues for m1 and, after a lease of a's ticket unchanged, skips it.
 	ld, err := d.Acquire(ctx, "m1", lockcore.WaitUpTo(20*time.Second))
 	if err != nil {
@@ -100,23 +111,9 @@ func TestAcquireAllNeverReturnsALostKey(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	ctx := ctxT(t, time.Minute)
-	a, _ := lockcore.NewMutex(e.db, e.locks, fast("a", lockcore.WithHeartbeat(500*time.Millisecond))...)
-	c, _ := lockcore.NewMutex(e.db, e.locks, fast("c")...)
 	d, _ := lockcore.NewMutex(e.db, e.locks, fast("d")...)
-	lc, err := c.Acquire(ctx, "n2")
-	if err != nil {
-		t.Fatal(err)
-	}
-	type res struct {
-		ml  *lockcore.MultiLease
-		err error
-	}
-	done := make(chan res, 1)
-	go func() {
-		ml, err := a.AcquireAll(ctx, []string{"n1", "n2"})
-		done <- res{ml, err}
-	}()
-	waitLockQueued(t, ctx, e, "n2") // a holds n1 (its Acquire returned) and waits for n2
+	// a holds n1 (its Acquire returned) and waits for n2.
+	lc, done := acquireAllWaiting(t, ctx, e, lockcore.WithHeartbeat(500*time.Millisecond), "n1", "n2")
 	if _, err := e.db.DeleteItem(ctx, &dynamodb.DeleteItemInput{TableName: aws.String(e.locks), Key: map[string]types.AttributeValue{
 		"pk": &types.AttributeValueMemberS{Value: "n1"}, "sk": &types.AttributeValueMemberS{Value: "lock"}}}); err != nil {
 		t.Fatal(err)

@@ -316,12 +316,6 @@ func (p *Proxy) serve(w http.ResponseWriter, r *http.Request, rp *httputil.Rever
 // forwardLate sends a copy of r (with body) to the engine after d, or at once when the
 // proxy closes; its answer is discarded.
 func (p *Proxy) forwardLate(r *http.Request, body []byte, d time.Duration) {
-	out, err := http.NewRequestWithContext(context.Background(), r.Method, p.target.JoinPath(r.URL.Path).String(), bytes.NewReader(body))
-	if err != nil {
-		return
-	}
-	out.Header = r.Header.Clone()
-	out.Host = r.Host
 	p.late.Add(1)
 	go func() {
 		defer p.late.Done()
@@ -331,12 +325,27 @@ func (p *Proxy) forwardLate(r *http.Request, body []byte, d time.Duration) {
 		case <-p.closing:
 			t.Stop()
 		}
-		if resp, err := p.lateHTTP.Do(out); err == nil {
-			_, _ = io.Copy(io.Discard, resp.Body)
-			_ = resp.Body.Close()
-			p.afterWrite(out.Header.Get("X-Amz-Target"), body)
+		if _, _, err := p.direct(r.URL.Path, r.Header, body); err == nil {
+			p.afterWrite(r.Header.Get("X-Amz-Target"), body)
 		}
 	}()
+}
+
+// direct sends a request of the proxy's own (a late copy, a stale-read refresh) straight to
+// the engine and returns its answer (the body read up to maxCaptured+1 bytes).
+func (p *Proxy) direct(path string, h http.Header, body []byte) (*http.Response, []byte, error) {
+	req, err := http.NewRequest(http.MethodPost, p.target.JoinPath(path).String(), bytes.NewReader(body))
+	if err != nil {
+		return nil, nil, err
+	}
+	req.Header = h.Clone()
+	resp, err := p.lateHTTP.Do(req)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, maxCaptured+1))
+	return resp, b, err
 }
 
 // plainWriter is an http.ResponseWriter and nothing else.

@@ -1,11 +1,10 @@
 package faultproxy
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -134,12 +133,8 @@ func (c *staleCache) record(s *readShape, at time.Time, h http.Header, body []by
 		as = as[1:]
 	}
 	// Keep them in order of their time (refreshes run concurrently).
-	a := answer{at: at, header: h.Clone(), body: body}
-	i := len(as)
-	for i > 0 && as[i-1].at.After(at) {
-		i--
-	}
-	s.answers = append(as[:i:i], append([]answer{a}, as[i:]...)...)
+	i, _ := slices.BinarySearchFunc(as, at, func(a answer, t time.Time) int { return a.at.Compare(t) })
+	s.answers = slices.Insert(slices.Clip(as), i, answer{at: at, header: h.Clone(), body: body})
 }
 
 // recent returns the answers of s recorded within window.
@@ -238,18 +233,8 @@ func (p *Proxy) refresh(shapes []*readShape) {
 		p.late.Add(1)
 		go func() {
 			defer p.late.Done()
-			req, err := http.NewRequest(http.MethodPost, p.target.JoinPath("/").String(), bytes.NewReader(s.body))
-			if err != nil {
-				return
-			}
-			req.Header = s.header.Clone()
 			sent := time.Now()
-			resp, err := p.lateHTTP.Do(req)
-			if err != nil {
-				return
-			}
-			defer resp.Body.Close()
-			b, err := io.ReadAll(io.LimitReader(resp.Body, maxCaptured+1))
+			resp, b, err := p.direct("/", s.header, s.body)
 			if err == nil && resp.StatusCode == http.StatusOK && len(b) <= maxCaptured {
 				p.inj.stale.record(s, sent, resp.Header, b, window)
 			}
