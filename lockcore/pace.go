@@ -18,6 +18,24 @@ type pacing struct {
 	hold  map[string]time.Duration // moving average of this client's hold time
 	pace  map[string]time.Duration // the queue's pace as last measured
 	reach map[string]float64       // how far a far-back waiter sleeps (see pacer.delay)
+	line  map[string]bool          // the last wait found others ahead (see Queue.waitTurn)
+}
+
+// lineAhead says whether this client's last wait on key found others ahead of it.
+func (p *pacing) lineAhead(key string) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.line[key]
+}
+
+// setLine records whether a wait on key found others ahead of it.
+func (p *pacing) setLine(key string, ahead bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.line == nil {
+		p.line = make(map[string]bool)
+	}
+	boundedStore(p.line, key, ahead)
 }
 
 // Reach of a far-back waiter's sleep, as a fraction of the predicted time to its turn:

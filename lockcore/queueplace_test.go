@@ -548,3 +548,104 @@ func TestQueueWaiterBacksOffWhenThrottled(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// ecCount counts the Queue's eventually consistent Queries and, with stale set, answers
+// them as staleQueries does (none of the rows).
+type ecCount struct {
+	lockcore.DynamoDB
+	stale atomic.Bool
+	ec    atomic.Int32
+}
+
+func (f *ecCount) Query(ctx context.Context, in *dynamodb.QueryInput, o ...func(*dynamodb.Options)) (*dynamodb.QueryOutput, error) {
+	out, err := f.DynamoDB.Query(ctx, in, o...)
+	if err != nil || aws.ToBool(in.ConsistentRead) {
+		return out, err
+	}
+	f.ec.Add(1)
+	if f.stale.Load() {
+		stale := *out
+		stale.Items, stale.LastEvaluatedKey = nil, nil
+		return &stale, nil
+	}
+	return out, err
+}
+
+// A client whose last wait on a Queue found a line reads its place eventually
+// consistently at first (a busy queue's waiters are mostly far back). Such a first read
+// decides nothing: on a free lock that a stale view shows empty (our row missing), the
+// take still succeeds, after a consistent read. A NoWait take reads consistently
+// whatever came before: it is refused only on what a consistent read shows.
+func TestQueueFirstReadAfterALineDecidesNothing(t *testing.T) {
+	e := newEnv(t)
+	ctx := ctxT(t, time.Minute)
+	h, _ := lockcore.NewQueue(e.db, e.locks, fast("h")...)
+	f := &ecCount{DynamoDB: e.db}
+	w, _ := lockcore.NewQueue(f, e.locks, fast("w")...)
+
+	// w waits behind h: its next wait starts from an eventually consistent read.
+	lh, err := h.Acquire(ctx, "first")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan error, 1)
+	go func() {
+		l, err := w.Acquire(ctx, "first")
+		if err == nil {
+			err = l.Release(ctx)
+		}
+		got <- err
+	}()
+	time.Sleep(300 * time.Millisecond)
+	if err := lh.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-got; err != nil {
+		t.Fatal(err)
+	}
+
+	f.stale.Store(true)
+	f.ec.Store(0)
+	l, err := w.Acquire(ctx, "first")
+	if err != nil {
+		t.Fatalf("free lock, stale first view: %v", err)
+	}
+	if f.ec.Load() == 0 {
+		t.Fatal("setup: the first read after a line was consistent")
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	// Another line, then a NoWait take of the free lock.
+	f.stale.Store(false)
+	lh, err = h.Acquire(ctx, "first")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		l, err := w.Acquire(ctx, "first")
+		if err == nil {
+			err = l.Release(ctx)
+		}
+		got <- err
+	}()
+	time.Sleep(300 * time.Millisecond)
+	if err := lh.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-got; err != nil {
+		t.Fatal(err)
+	}
+	f.ec.Store(0)
+	l, err = w.TryAcquire(ctx, "first")
+	if err != nil {
+		t.Fatalf("NoWait take of a free lock: %v", err)
+	}
+	if n := f.ec.Load(); n != 0 {
+		t.Fatalf("a NoWait take read eventually consistently (%d Queries)", n)
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
