@@ -32,6 +32,17 @@ func TestDecodeOrder(t *testing.T) {
 		{"empty orderId", `{"orderId":"","customerId":"c","lines":[{"sku":"A","qty":1}]}`, shop.Order{}, "orderId", "must not be empty"},
 		{"long orderId", `{"orderId":"` + long + `","customerId":"c","lines":[{"sku":"A","qty":1}]}`, shop.Order{}, "orderId", "at most 256"},
 		{"control char", `{"orderId":"a\u0000b","customerId":"c","lines":[{"sku":"A","qty":1}]}`, shop.Order{}, "orderId", "control"},
+		// encoding/json turns these into U+FFFD without an error: two different ids
+		// became one (found by review).
+		{"lone high surrogate", `{"orderId":"a\ud800","customerId":"c","lines":[{"sku":"A","qty":1}]}`, shop.Order{}, "orderId", "unpaired UTF-16 surrogate \\ud800"},
+		{"lone low surrogate", `{"orderId":"o","customerId":"c\uDC00x","lines":[{"sku":"A","qty":1}]}`, shop.Order{}, "customerId", "unpaired UTF-16 surrogate \\udc00"},
+		{"high surrogate then not a low one", `{"orderId":"a\ud800\u0041","customerId":"c","lines":[{"sku":"A","qty":1}]}`, shop.Order{}, "orderId", "unpaired"},
+		{"two high surrogates", `{"orderId":"a\ud800\ud800","customerId":"c","lines":[{"sku":"A","qty":1}]}`, shop.Order{}, "orderId", "unpaired"},
+		{"invalid UTF-8", "{\"orderId\":\"a\xffb\",\"customerId\":\"c\",\"lines\":[{\"sku\":\"A\",\"qty\":1}]}", shop.Order{}, "orderId", "valid UTF-8"},
+		{"surrogate pair", `{"orderId":"a\ud83d\ude00\\u\"","customerId":"c","lines":[{"sku":"A","qty":1}]}`,
+			shop.Order{OrderID: "a\U0001F600\\u\"", CustomerID: "c", Lines: []shop.Line{{SKU: "A", Qty: 1}}}, "", ""},
+		{"escaped backslash before u", `{"orderId":"a\\ud800","customerId":"c","lines":[{"sku":"A","qty":1}]}`,
+			shop.Order{OrderID: `a\ud800`, CustomerID: "c", Lines: []shop.Line{{SKU: "A", Qty: 1}}}, "", ""},
 		{"numeric orderId", `{"orderId":7,"customerId":"c","lines":[{"sku":"A","qty":1}]}`, shop.Order{}, "orderId", "must be a string, got number"},
 		{"missing customer", `{"orderId":"o","lines":[{"sku":"A","qty":1}]}`, shop.Order{}, "customerId", "is required"},
 		{"unknown field ignored", `{"orderId":"o","customerId":"c","lines":[{"sku":"A","qty":1}],"coupon":"X"}`,
@@ -103,6 +114,8 @@ func TestDecodeAdjustment(t *testing.T) {
 		{"missing id", `{"sku":"A","delta":1}`, shop.Adjustment{}, "adjustmentId", "is required"},
 		{"unknown field ignored", `{"adjustmentId":"a","sku":"A","delta":1,"warehouse":{"id":7}}`, shop.Adjustment{AdjustmentID: "a", SKU: "A", Delta: 1}, "", ""},
 		{"unknown field does not hide a bad value", `{"adjustmentId":"a","sku":"A","delta":0,"warehouse":"x"}`, shop.Adjustment{}, "delta", "must not be 0"},
+		{"adjustmentId with a lone surrogate", `{"adjustmentId":"adj-\udfff","sku":"A","delta":1}`, shop.Adjustment{}, "adjustmentId", "unpaired UTF-16 surrogate"},
+		{"reason with a lone surrogate", `{"adjustmentId":"a","sku":"A","delta":1,"reason":"\ud800"}`, shop.Adjustment{}, "reason", "unpaired UTF-16 surrogate"},
 		{"reason control", `{"adjustmentId":"a","sku":"A","delta":1,"reason":"a\nb"}`, shop.Adjustment{}, "reason", "control"},
 		{"reason too long", `{"adjustmentId":"a","sku":"A","delta":1,"reason":"` + strings.Repeat("r", 257) + `"}`, shop.Adjustment{}, "reason", "at most 256"},
 	}
@@ -219,4 +232,18 @@ func FuzzDecodeAdjustment(f *testing.F) {
 			t.Fatalf("round trip: %+v, %v; want %+v", again, err, a)
 		}
 	})
+}
+
+// Validate of a value built in code sees invalid UTF-8, which json.Marshal would have
+// replaced with U+FFFD before the decoder's checks.
+func TestValidateInvalidUTF8(t *testing.T) {
+	o := shop.Order{OrderID: "o-\xff", CustomerID: "c", Lines: []shop.Line{{SKU: "A", Qty: 1}}}
+	var fe *shop.FieldError
+	if err := o.Validate(); !errors.As(err, &fe) || fe.Field != "orderId" {
+		t.Errorf("order: err = %v; want a *FieldError naming orderId", err)
+	}
+	a := shop.Adjustment{AdjustmentID: "a", SKU: "A", Delta: 1, Reason: "r\xc3"}
+	if err := a.Validate(); !errors.As(err, &fe) || fe.Field != "reason" {
+		t.Errorf("adjustment: err = %v; want a *FieldError naming reason", err)
+	}
 }

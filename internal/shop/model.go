@@ -6,10 +6,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"reflect"
 	"slices"
+	"strconv"
 	"strings"
 	"unicode"
+	"unicode/utf16"
 	"unicode/utf8"
 )
 
@@ -85,7 +88,9 @@ func DecodeOrder(body []byte) (Order, error) {
 // every message to the dead-letter queue; the caller logs them. Every known field is
 // required (so a misspelt "quantity" still fails: lines[i].qty is missing) and checked:
 //
-//   - orderId, customerId: 1..256 bytes of UTF-8 without control characters;
+//   - orderId, customerId: 1..256 bytes of UTF-8 without control characters (as sent:
+//     invalid UTF-8 and unpaired UTF-16 surrogate escapes such as "\ud800" are errors,
+//     not replaced with U+FFFD as encoding/json would);
 //   - lines: 1..50 entries; each sku 1..64 characters of [A-Za-z0-9._-] and appearing at
 //     most once per order (a repeated SKU is rejected, not merged, so that the sender's
 //     mistake is visible); each qty an integer 1..10000.
@@ -222,6 +227,10 @@ func decodeAdjustment(raw *adjustmentJSON) (Adjustment, error) {
 
 // Validate checks an order built in code against the rules of DecodeOrder.
 func (o Order) Validate() error {
+	// json.Marshal would replace invalid UTF-8 with U+FFFD, and the decode accept that.
+	if err := validUTF8(map[string]string{"orderId": o.OrderID, "customerId": o.CustomerID}); err != nil {
+		return err
+	}
 	b, err := json.Marshal(o)
 	if err != nil {
 		return fieldErr("", "cannot encode order: %v", err)
@@ -232,12 +241,25 @@ func (o Order) Validate() error {
 
 // Validate checks an adjustment built in code against the rules of DecodeAdjustment.
 func (a Adjustment) Validate() error {
+	if err := validUTF8(map[string]string{"adjustmentId": a.AdjustmentID, "reason": a.Reason}); err != nil {
+		return err
+	}
 	b, err := json.Marshal(a)
 	if err != nil {
 		return fieldErr("", "cannot encode adjustment: %v", err)
 	}
 	_, err = DecodeAdjustment(b)
 	return err
+}
+
+// validUTF8 checks the text fields of a value built in code (field name -> value).
+func validUTF8(fields map[string]string) error {
+	for _, f := range slices.Sorted(maps.Keys(fields)) {
+		if !utf8.ValidString(fields[f]) {
+			return fieldErr(f, "must be valid UTF-8")
+		}
+	}
+	return nil
 }
 
 // objectUnmarshal decodes one JSON object into v (a pointer to a struct with json tags),
@@ -263,13 +285,14 @@ func objectUnmarshal(prefix string, b []byte, v any) (ignored []string, err erro
 	}
 	// The object decoded, so its keys can be walked. encoding/json matches names without
 	// regard to case; so does this check.
-	keys, err := objectKeys(prefix, trimmed)
+	fields, err := objectKeys(prefix, trimmed)
 	if err != nil {
 		return nil, err
 	}
 	known := knownFields(reflect.TypeOf(v).Elem())
 	seen := map[string]bool{}
-	for _, k := range keys {
+	for _, f := range fields {
+		k := f.key
 		i := slices.IndexFunc(known, func(f string) bool { return strings.EqualFold(f, k) })
 		switch {
 		case i < 0:
@@ -282,33 +305,84 @@ func objectUnmarshal(prefix string, b []byte, v any) (ignored []string, err erro
 			return nil, fieldErr(join(prefix, known[i]), "appears more than once (names match without regard to case)")
 		default:
 			seen[known[i]] = true
+			if reason := rawTextErr(f.value); reason != "" {
+				return nil, fieldErr(join(prefix, known[i]), "%s", reason)
+			}
 		}
 	}
 	slices.Sort(ignored)
 	return ignored, nil
 }
 
-// objectKeys returns the keys of a JSON object (already known to decode), in order and
-// with repeats.
-func objectKeys(prefix string, obj []byte) ([]string, error) {
+// rawField is one member of a JSON object: its key and its value as sent.
+type rawField struct {
+	key   string
+	value json.RawMessage
+}
+
+// objectKeys returns the members of a JSON object (already known to decode), in order
+// and with repeats.
+func objectKeys(prefix string, obj []byte) ([]rawField, error) {
 	dec := json.NewDecoder(bytes.NewReader(obj))
 	if _, err := dec.Token(); err != nil { // {
 		return nil, jsonFieldErr(prefix, err)
 	}
-	var keys []string
+	var fields []rawField
 	for dec.More() {
 		t, err := dec.Token()
 		if err != nil {
 			return nil, jsonFieldErr(prefix, err)
 		}
 		k, _ := t.(string)
-		var skip json.RawMessage
-		if err := dec.Decode(&skip); err != nil {
+		var value json.RawMessage
+		if err := dec.Decode(&value); err != nil {
 			return nil, jsonFieldErr(prefix, err)
 		}
-		keys = append(keys, k)
+		fields = append(fields, rawField{k, value})
 	}
-	return keys, nil
+	return fields, nil
+}
+
+// rawTextErr says why a JSON string as sent (quotes and escapes included) does not hold
+// Unicode text, or returns "" when it does or is not a string. encoding/json replaces
+// invalid UTF-8 and unpaired UTF-16 surrogate escapes ("\ud800", which JavaScript's
+// JSON.stringify writes for a string cut inside a surrogate pair) with U+FFFD without an
+// error, so two different ids decoded to the same one — the second order was taken for a
+// duplicate of the first and never decided — and checkText's UTF-8 check could never fire.
+func rawTextErr(raw json.RawMessage) string {
+	if len(raw) == 0 || raw[0] != '"' {
+		return ""
+	}
+	if !utf8.Valid(raw) {
+		return "must be valid UTF-8"
+	}
+	// The value decoded, so its escapes are well formed: \X, or \u and four hex digits.
+	for i := 0; i < len(raw); i++ {
+		if raw[i] != '\\' {
+			continue
+		}
+		i++
+		if raw[i] != 'u' {
+			continue
+		}
+		r := hex4(raw[i+1 : i+5])
+		i += 4
+		switch {
+		case !utf16.IsSurrogate(r):
+		case r < 0xdc00 && i+6 < len(raw) && raw[i+1] == '\\' && raw[i+2] == 'u' &&
+			utf16.DecodeRune(r, hex4(raw[i+3:i+7])) != unicode.ReplacementChar:
+			i += 6 // a high surrogate followed by its low one: one character
+		default:
+			return fmt.Sprintf("must be valid Unicode text, got the unpaired UTF-16 surrogate \\u%04x", r)
+		}
+	}
+	return ""
+}
+
+// hex4 parses four hex digits (already validated by the JSON decoder).
+func hex4(b []byte) rune {
+	n, _ := strconv.ParseUint(string(b), 16, 32)
+	return rune(n)
 }
 
 // knownFields returns the JSON names of a struct type's fields.
