@@ -54,7 +54,7 @@ type batchJob struct {
 //     order, so two batches never deadlock) and, as ProcessOrder does, reports orders
 //     already decided as duplicates and stores new ones as PENDING (in the write that
 //     locks them). A second copy of an order in the same batch gets the first copy's
-//     outcome, as a duplicate.
+//     outcome, as a duplicate (logged at WARN when its content differs: the first wins).
 //  2. It groups the live orders into components that share SKUs. For each component it
 //     takes the union of their SKU locks with one Mutex.AcquireAll (canonical order), so
 //     a hot SKU wanted by five orders of the batch is acquired, read and released once,
@@ -87,6 +87,12 @@ func (s *Service) ProcessOrders(ctx context.Context, orders []Order) []BatchResu
 			continue
 		}
 		if j, ok := byID[o.OrderID]; ok {
+			if o.CustomerID != j.order.CustomerID || !slices.Equal(o.Lines, j.order.Lines) {
+				// The first version wins, as for a redelivery in a later batch
+				// (prepareOrder); the other is acknowledged as its duplicate, so say so.
+				s.log.WarnContext(ctx, "order delivered twice in one batch with different content; keeping the first version",
+					"orderId", o.OrderID, "index", i, "firstIndex", j.idx[0])
+			}
 			j.idx = append(j.idx, i)
 			continue
 		}
