@@ -177,13 +177,38 @@ func (s *Service) recordRejection(ctx context.Context, a Adjustment, what string
 		s.count(ctx, MetricAdjustmentsRejected)
 		return rejection
 	case res.failed == 0:
-		// The marker exists: an earlier, ambiguous attempt of ours recorded it.
+		// The marker exists: an earlier, ambiguous attempt of ours recorded it — or, our
+		// lease lost meanwhile (a paused invocation), another delivery of the adjustment
+		// took the lock over and decided it, maybe applying it against stock that had
+		// arrived since. The marker says which decision stands; reporting our rejection
+		// regardless logged an applied adjustment as rejected (found by review).
+		marker, err := s.foundMarker(ctx, a)
+		if err != nil {
+			return fmt.Errorf("shop: %s: %w", what, err)
+		}
+		if getS(marker, attrOutcome) != OutcomeRejected {
+			s.count(ctx, MetricAdjustmentsDuplicate)
+			return nil // applied by that delivery: for us a duplicate
+		}
 		s.count(ctx, MetricAdjustmentsRejected)
 		return rejection
 	case res.failed > 0:
 		return fmt.Errorf("shop: %s: the lease was lost before the rejection was recorded (%w): %w", what, lockcore.ErrLeaseLost, err)
 	}
 	return fmt.Errorf("shop: %s: record rejection: %w", what, err)
+}
+
+// foundMarker reads the marker of an adjustment that a write found already there
+// (strongly consistent).
+func (s *Service) foundMarker(ctx context.Context, a Adjustment) (map[string]types.AttributeValue, error) {
+	items, err := s.batchGet(ctx, s.t.Inventory, []map[string]types.AttributeValue{markerKey(a.SKU, a.AdjustmentID)})
+	switch {
+	case err != nil:
+		return nil, fmt.Errorf("read the marker a write found: %w", err)
+	case len(items) == 0:
+		return nil, errors.New("a write found the marker, a read did not")
+	}
+	return items[0], nil
 }
 
 // SeedStock sets the available stock of sku (keeping what is reserved), under the SKU's
