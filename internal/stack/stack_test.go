@@ -13,6 +13,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/turnstile-locks/turnstile/internal/shop"
 	"github.com/turnstile-locks/turnstile/internal/template"
 )
 
@@ -764,6 +765,11 @@ func TestQueuesAndDestinations(t *testing.T) {
 				rp, _ := q["RedrivePolicy"].(map[string]any)
 				if n, _ := rp["maxReceiveCount"].(int); n != 5 || rp["deadLetterTargetArn"] == nil {
 					t.Errorf("%s: queue %s RedrivePolicy = %v, want a DLQ with maxReceiveCount 5", f.LogicalID, refs[0].Target, rp)
+				}
+				// SQS takes up to 1 MiB unless told; the processor dead-letters bodies over
+				// shop.MaxBodyBytes, so the queue refuses them at send time instead.
+				if n, _ := q["MaximumMessageSize"].(int); n != shop.MaxBodyBytes {
+					t.Errorf("%s: queue %s MaximumMessageSize = %v, want %d (shop.MaxBodyBytes)", f.LogicalID, refs[0].Target, q["MaximumMessageSize"], shop.MaxBodyBytes)
 				}
 				if !slices.Contains(asList(e.Properties["FunctionResponseTypes"]), any("ReportBatchItemFailures")) {
 					t.Errorf("%s/%s: no ReportBatchItemFailures", f.LogicalID, e.Name)
