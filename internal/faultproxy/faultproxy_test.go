@@ -347,3 +347,53 @@ func TestParseFaults(t *testing.T) {
 		}
 	}
 }
+
+// A replica lags in time, not in writes: right after the first write following an idle
+// spell longer than StaleFor, an eventually consistent read may still show the state of
+// before that write (an idle lock row, right after an uncontended take); once the write
+// is StaleFor old, it no longer does.
+func TestStaleReadAfterIdle(t *testing.T) {
+	table := testenv.Table(t, "InventoryTable")
+	f := only(faultproxy.KindStaleRead, 1)
+	f.StaleFor = time.Second
+	p := start(t, f)
+	db := client(t, p)
+	ctx := context.Background()
+	write := func(v string) {
+		t.Helper()
+		it := key("idle")
+		it["v"] = &types.AttributeValueMemberS{Value: v}
+		if _, err := db.PutItem(ctx, &dynamodb.PutItemInput{TableName: aws.String(table), Item: it}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	reads := func(n int) map[string]int {
+		t.Helper()
+		seen := map[string]int{}
+		for range n {
+			out, err := db.GetItem(ctx, &dynamodb.GetItemInput{TableName: aws.String(table), Key: key("idle")})
+			if err != nil {
+				t.Fatal(err)
+			}
+			v, _ := out.Item["v"].(*types.AttributeValueMemberS)
+			if v == nil {
+				seen[""]++
+			} else {
+				seen[v.Value]++
+			}
+		}
+		return seen
+	}
+	write("v1")
+	reads(1)                            // the proxy learns the read
+	time.Sleep(1200 * time.Millisecond) // idle, longer than StaleFor
+	write("v2")
+	time.Sleep(100 * time.Millisecond) // v2's state is recorded
+	if seen := reads(40); seen["v1"] == 0 || seen["v2"] == 0 || len(seen) != 2 {
+		t.Errorf("answers just after the write that ended the idle spell: %v; want both v1 (the state until 100 ms ago) and v2", seen)
+	}
+	time.Sleep(1100 * time.Millisecond)
+	if seen := reads(10); seen["v2"] != 10 {
+		t.Errorf("answers StaleFor after the last write: %v; want only v2", seen)
+	}
+}

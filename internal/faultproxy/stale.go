@@ -21,7 +21,12 @@ import (
 // have no single item: they are answered with an earlier answer to the same request.
 //
 // The recorded time of a state is when its read was sent: the state held then or
-// later, so a stale answer is never older than StaleFor.
+// later, so a stale answer is never older than StaleFor. A replica lags in time, not in
+// writes: the state the item had at the start of the window — the last one recorded
+// before it, however long ago, if no write came since — is among the answers too. After
+// an idle spell the first write's state is not the only one a read may get: a lagging
+// replica still shows the state of before it (e.g. an idle lock row, right after an
+// uncontended take).
 
 // itemRef names an item by table and canonical key.
 type itemRef struct{ table, key string }
@@ -32,6 +37,8 @@ type readShape struct {
 	header  http.Header
 	body    []byte
 	answers []answer
+	// floor: answers sent before it are not kept (see forget).
+	floor time.Time
 }
 
 // answer is an engine's answer to a read.
@@ -123,13 +130,17 @@ func (c *staleCache) shape(ref itemRef, canon string, keyNames []string, target 
 	return s
 }
 
-// record keeps an answer of s sent at, dropping answers older than window.
+// record keeps an answer of s sent at, dropping answers superseded before the window
+// (an answer older than window stays while it is the state at the window's start).
 func (c *staleCache) record(s *readShape, at time.Time, h http.Header, body []byte, window time.Duration) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if at.Before(s.floor) {
+		return
+	}
 	now := time.Now()
 	as := s.answers
-	for len(as) > 0 && (now.Sub(as[0].at) > window || len(as) >= maxAnswers) {
+	for len(as) > 0 && ((len(as) > 1 && now.Sub(as[1].at) > window) || len(as) >= maxAnswers) {
 		as = as[1:]
 	}
 	// Keep them in order of their time (refreshes run concurrently).
@@ -137,18 +148,31 @@ func (c *staleCache) record(s *readShape, at time.Time, h http.Header, body []by
 	s.answers = slices.Insert(slices.Clip(as), i, answer{at: at, header: h.Clone(), body: body})
 }
 
-// recent returns the answers of s recorded within window.
+// recent returns the answers of s that show a state the item had within window: those
+// recorded within it and the last one recorded before it (the state at its start).
 func (c *staleCache) recent(s *readShape, window time.Duration) []answer {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	now := time.Now()
 	var out []answer
-	for _, a := range s.answers {
-		if now.Sub(a.at) <= window {
+	for i, a := range s.answers {
+		if now.Sub(a.at) <= window || i == len(s.answers)-1 || now.Sub(s.answers[i+1].at) <= window {
 			out = append(out, a)
 		}
 	}
 	return out
+}
+
+// forget drops the answers of s sent before at, and any recorded later: the state a
+// write left could not be recorded, so they show states that write superseded, and
+// the last of them would be served as the state at the start of every later window.
+func (c *staleCache) forget(s *readShape, at time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if at.After(s.floor) {
+		s.floor = at
+	}
+	s.answers = slices.DeleteFunc(s.answers, func(a answer) bool { return a.at.Before(s.floor) })
 }
 
 // written returns the read shapes of the items a write request touches.
@@ -237,6 +261,8 @@ func (p *Proxy) refresh(shapes []*readShape) {
 			resp, b, err := p.direct("/", s.header, s.body)
 			if err == nil && resp.StatusCode == http.StatusOK && len(b) <= maxCaptured {
 				p.inj.stale.record(s, sent, resp.Header, b, window)
+			} else {
+				p.inj.stale.forget(s, sent)
 			}
 		}()
 	}
