@@ -325,9 +325,10 @@ func (p *Proxy) forwardLate(r *http.Request, body []byte, d time.Duration) {
 		case <-p.closing:
 			t.Stop()
 		}
-		if _, _, err := p.direct(r.URL.Path, r.Header, body); err == nil {
-			p.afterWrite(r.Header.Get("X-Amz-Target"), body)
-		}
+		// Record the state it left even if its answer was lost (it may have landed): a
+		// stale read may serve the last recorded state for as long as no write follows.
+		_, _, _ = p.direct(r.URL.Path, r.Header, body)
+		p.afterWrite(r.Header.Get("X-Amz-Target"), body)
 	}()
 }
 
