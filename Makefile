@@ -141,6 +141,7 @@ bench: engine-deps ## Benchmark the lock strategies (QUICK=1, DURATION, WORKERS,
 # Reliability (issue #7): chaos run and fuzzing.
 #   make chaos                                   10 minutes, all fault kinds, crashes, pauses, skew
 #   make chaos DURATION=2m WORKERS=2 SEED=42 FAULTS='none,throttling=0.05' CHAOS_FLAGS='-skew=false'
+#   make chaos CHAOS_FLAGS='-think=0 -burst-every=0'   closed loop: no think time, no idle bursts
 #   make fuzz FUZZTIME=2m                        every fuzz target of the module, FUZZTIME each
 # DURATION and WORKERS are shared with the benchmark, which defines them above; chaos has its own
 # defaults (10m, 3 per strategy) unless they are given on the command line or in the environment.

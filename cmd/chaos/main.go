@@ -1,7 +1,10 @@
 // Command chaos runs lockcore's strategies against DynamoDB Local through a
 // fault-injecting proxy, with crashed, paused and clock-skewed holders, checks the
 // recorded history (linearizability with porcupine, mutual exclusion, fencing tokens,
-// lost updates) and writes chaos-report.json. See internal/chaos.
+// lost updates) and writes chaos-report.json. See internal/chaos. Workers think between
+// sections (-think) and are gathered into bursts (-burst-every) that leave the locks
+// idle, then arrive together; -think 0 -burst-every 0 is the closed loop. -hold gives
+// sections work time under the lock.
 //
 //	go run ./cmd/chaos -duration 10m -workers 3 -seed 42 -faults all
 //
@@ -45,6 +48,9 @@ func run() int {
 		disrupt    = flag.Bool("disrupt", true, "crash (SIGKILL) and pause (SIGSTOP) holder processes")
 		every      = flag.Duration("disrupt-every", 3*time.Second, "mean time between disruptions per lock strategy")
 		skew       = flag.Bool("skew", true, "give some clients clocks off by seconds to minutes")
+		think      = flag.Duration("think", chaos.DefaultThink, "mean think time of a worker between sections: half the gaps are zero, the others exponential with this mean (0: closed loop)")
+		burstEvery = flag.Duration("burst-every", chaos.DefaultBurstEvery, "mean time between bursts per strategy: the workers park, the locks stay idle, then all arrive together on the same keys (0: none)")
+		hold       = flag.Duration("hold", chaos.DefaultHold, "mean work time under a lock, between acquire and write: half the sections none, the others exponential with this mean (0: none)")
 		shopFlag   = flag.Bool("handlers", true, "also run the order/inventory handlers (internal/shop) with at-least-once delivery")
 		out        = flag.String("out", "chaos-report.json", "report file")
 		visualize  = flag.String("visualize", "chaos-visualization", "directory for porcupine visualizations of non-linearizable keys")
@@ -93,6 +99,9 @@ func run() int {
 		Disrupt:      *disrupt,
 		DisruptEvery: *every,
 		Skew:         *skew,
+		Think:        *think,
+		BurstEvery:   *burstEvery,
+		Hold:         *hold,
 		Shop:         *shopFlag,
 		VisualizeDir: *visualize,
 		Log:          log,
@@ -105,8 +114,8 @@ func run() int {
 		fmt.Fprintln(os.Stderr, "chaos:", err)
 		return 2
 	}
-	fmt.Printf("chaos: seed %d, %.0fs, %d operations (%d increments), %d faults injected, %d crashes, %d pauses, %d skewed clients\n",
-		rep.Seed, rep.DurationS, rep.Operations, rep.Increments, rep.FaultsInjectedTotal, rep.Crashes, rep.Pauses, rep.SkewedClients)
+	fmt.Printf("chaos: seed %d, %.0fs, %d operations (%d increments), %d faults injected, %d crashes, %d pauses, %d skewed clients, %d bursts\n",
+		rep.Seed, rep.DurationS, rep.Operations, rep.Increments, rep.FaultsInjectedTotal, rep.Crashes, rep.Pauses, rep.SkewedClients, rep.Bursts)
 	fmt.Printf("chaos: linearizable %v, mutual exclusion violations %d, fence regressions %d, lost updates %d, duplicate increments %d, misreported outcomes %d\n",
 		rep.Linearizable, rep.MutualExclusionViolations, rep.FenceRegressions, rep.LostUpdates, rep.DuplicateIncrements, rep.MisreportedOutcomes)
 	if rep.Shop != nil {

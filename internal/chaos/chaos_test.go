@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"log/slog"
 	"math"
+	mrand "math/rand/v2"
 	"os"
+	"sync"
 	"testing"
 	"time"
 
@@ -162,7 +164,8 @@ func TestNaiveReadModifyWriteFails(t *testing.T) {
 }
 
 // The chaos smoke run: every strategy, every fault kind, crashed, paused and skewed
-// holders, for 20 seconds (CHAOS_SMOKE_DURATION overrides); the report must be clean.
+// holders, think time and bursts (the defaults of cmd/chaos), for 20 seconds
+// (CHAOS_SMOKE_DURATION overrides); the report must be clean.
 func TestChaosSmoke(t *testing.T) {
 	t.Parallel()
 	d := 20 * time.Second
@@ -179,6 +182,9 @@ func TestChaosSmoke(t *testing.T) {
 	cfg.DisruptEvery = 2 * time.Second
 	cfg.Skew = true
 	cfg.Shop = true
+	cfg.Think = DefaultThink
+	cfg.BurstEvery = DefaultBurstEvery
+	cfg.Hold = DefaultHold
 	cfg.VisualizeDir = t.TempDir()
 	rep, err := Run(context.Background(), cfg)
 	if err != nil {
@@ -191,8 +197,77 @@ func TestChaosSmoke(t *testing.T) {
 	if rep.MessagesLost == nil || rep.Shop.Deliveries == 0 {
 		t.Fatal("the handler workload did not run")
 	}
-	if rep.Crashes == 0 || rep.Pauses == 0 || rep.FaultsInjectedTotal == 0 || rep.SkewedClients == 0 {
-		t.Fatalf("smoke run did not exercise everything: crashes %d pauses %d faults %d skewed %d",
-			rep.Crashes, rep.Pauses, rep.FaultsInjectedTotal, rep.SkewedClients)
+	if rep.Crashes == 0 || rep.Pauses == 0 || rep.FaultsInjectedTotal == 0 || rep.SkewedClients == 0 || rep.Bursts == 0 {
+		t.Fatalf("smoke run did not exercise everything: crashes %d pauses %d faults %d skewed %d bursts %d",
+			rep.Crashes, rep.Pauses, rep.FaultsInjectedTotal, rep.SkewedClients, rep.Bursts)
+	}
+}
+
+// Think time: often none, sometimes much longer than the mean, never beyond 8 means.
+func TestThinkTime(t *testing.T) {
+	rng := mrand.New(mrand.NewPCG(1, 2))
+	mean := 100 * time.Millisecond
+	zero, long := 0, 0
+	for range 10000 {
+		d := thinkTime(rng, mean)
+		switch {
+		case d < 0 || d > 8*mean:
+			t.Fatalf("think time %v out of [0, 8×%v]", d, mean)
+		case d == 0:
+			zero++
+		case d > 2*mean:
+			long++
+		}
+	}
+	if zero < 4000 || zero > 6000 || long < 300 {
+		t.Errorf("of 10000 gaps %d zero (want about half), %d longer than two means (want some)", zero, long)
+	}
+	if thinkTime(rng, 0) != 0 {
+		t.Error("think time without a mean")
+	}
+}
+
+// A burst parks every worker, then lets them all go together with the same keys; a
+// worker outside a burst passes the gate at once.
+func TestBurstGathersAndReleasesTogether(t *testing.T) {
+	const workers = 3
+	b := newBurst(workers)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	got := make([][][]int, workers)
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for ctx.Err() == nil {
+				if keys := b.gate(ctx); keys != nil {
+					got[w] = append(got[w], keys)
+				}
+				time.Sleep(time.Millisecond) // a section
+			}
+		}()
+	}
+	n := 0
+	released := make(chan int)
+	go func() {
+		rng := mrand.New(mrand.NewPCG(3, 4))
+		released <- b.run(ctx, rng, 50*time.Millisecond, 0, func() []int { n++; return []int{n} })
+	}()
+	rounds := <-released
+	wg.Wait()
+	if rounds < 3 {
+		t.Fatalf("%d bursts in 2 s, want several", rounds)
+	}
+	for w := range workers {
+		// The last burst may have been cut short by the end of ctx.
+		if len(got[w]) < rounds-1 {
+			t.Fatalf("worker %d went through %d of %d bursts", w, len(got[w]), rounds)
+		}
+		for i, keys := range got[w][:rounds-1] {
+			if len(keys) != 1 || keys[0] != i+1 {
+				t.Fatalf("worker %d, burst %d: keys %v, want [%d]", w, i+1, keys, i+1)
+			}
+		}
 	}
 }

@@ -32,6 +32,9 @@ type Report struct {
 	Crashes       int `json:"crashes"`
 	Pauses        int `json:"pauses"`
 	SkewedClients int `json:"skewed_clients"`
+	// Bursts: times a strategy's workers were gathered, its locks left idle, and all let
+	// go together on the same keys (see idle.go).
+	Bursts int `json:"bursts"`
 
 	Linearizable              bool `json:"linearizable"`
 	MutualExclusionViolations int  `json:"mutual_exclusion_violations"`
@@ -73,6 +76,9 @@ type ReportConfig struct {
 	Disrupt      bool     `json:"crashes_and_pauses"`
 	DisruptEvery string   `json:"disrupt_every"`
 	Skew         bool     `json:"skewed_clocks"`
+	Think        string   `json:"think"`
+	BurstEvery   string   `json:"burst_every"`
+	Hold         string   `json:"hold"`
 }
 
 // StrategyReport sums the keys of one strategy.
@@ -113,7 +119,9 @@ func (r *runner) report(elapsed time.Duration, shopRes *ShopResult) *Report {
 		Config: ReportConfig{
 			Workers: r.cfg.Workers, Strategies: r.cfg.Strategies, Lease: r.cfg.Lease.String(), Keys: r.cfg.Keys,
 			Faults: r.cfg.Faults.String(), Disrupt: r.cfg.Disrupt, DisruptEvery: r.cfg.DisruptEvery.String(), Skew: r.cfg.Skew,
+			Think: r.cfg.Think.String(), BurstEvery: r.cfg.BurstEvery.String(), Hold: r.cfg.Hold.String(),
 		},
+		Bursts: int(r.bursts.Load()),
 	}
 	for _, n := range rep.FaultsInjected {
 		rep.FaultsInjectedTotal += n

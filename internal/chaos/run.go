@@ -6,7 +6,9 @@
 //
 // Workload: for each strategy, Workers goroutines increment counter items (Keys per
 // strategy) by read-modify-write under the strategy's lock, while a reader per strategy
-// reads them. Every client talks through the proxy. Per lock strategy a disruptor
+// reads them. Workers think between sections now and then, and are gathered into
+// bursts that leave the locks idle and then arrive together (Config.Think and
+// Config.BurstEvery; see idle.go). Every client talks through the proxy. Per lock strategy a disruptor
 // starts holder processes (see holder.go) that acquire and are then killed with SIGKILL
 // (crashes: at once, a little later, or in the middle of their write) or frozen with
 // SIGSTOP for 1.5 to 3 leases and resumed to try their write (pauses). A share of the
@@ -84,7 +86,24 @@ type Config struct {
 	Log *slog.Logger
 	// Shop runs the order/inventory handler workload (internal/shop) too; see shop.go.
 	Shop bool
+	// Think is the mean of a worker's think time between two sections (half the gaps
+	// are zero); 0: none, the closed loop. BurstEvery is the mean time between two bursts
+	// per strategy (its workers park, its locks idle, then all arrive together on the
+	// same keys); 0: none. Hold is the mean of a lock strategy's work time under the
+	// lock, between acquire and write (drawn as think time; 0: none): a holder that a
+	// waiter arriving behind it can race. See idle.go; DefaultThink, DefaultBurstEvery
+	// and DefaultHold are the command's defaults.
+	Think      time.Duration
+	BurstEvery time.Duration
+	Hold       time.Duration
 }
+
+// The idle-period defaults of cmd/chaos (`make chaos`) and of the smoke run.
+const (
+	DefaultThink      = 200 * time.Millisecond
+	DefaultBurstEvery = 4 * time.Second
+	DefaultHold       = 50 * time.Millisecond
+)
 
 func (c *Config) defaults() error {
 	if c.Endpoint == "" {
@@ -112,6 +131,9 @@ func (c *Config) defaults() error {
 	}
 	if c.DisruptEvery <= 0 {
 		c.DisruptEvery = 3 * time.Second
+	}
+	if c.Think < 0 || c.BurstEvery < 0 || c.Hold < 0 {
+		return errors.New("chaos: negative think, burst or hold time")
 	}
 	if c.CheckTimeout <= 0 {
 		c.CheckTimeout = 2 * time.Minute
@@ -161,6 +183,7 @@ type runner struct {
 	tables   map[string]string // by template logical id
 	clientID atomic.Int64
 	stats    *stats
+	bursts   atomic.Int64 // bursts released, all strategies
 	holders  sync.WaitGroup
 }
 
@@ -236,6 +259,16 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		}()
 	}
 	for _, st := range cfg.Strategies {
+		var b *burst
+		if cfg.BurstEvery > 0 && cfg.Workers > 1 {
+			b = newBurst(cfg.Workers)
+			rng := mrand.New(mrand.NewPCG(seeds.Uint64(), 13))
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				r.bursts.Add(int64(b.run(runCtx, rng, cfg.BurstEvery, cfg.Think, func() []int { return r.pickKeys(rng, st) })))
+			}()
+		}
 		for w := range cfg.Workers {
 			offset := time.Duration(0)
 			if cfg.Skew {
@@ -250,7 +283,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				r.worker(runCtx, st, w, offset, seed)
+				r.worker(runCtx, st, w, offset, seed, b)
 			}()
 		}
 		seed := seeds.Uint64()
@@ -388,8 +421,9 @@ func (r *runner) pickKeys(rng *mrand.Rand, st string) []int {
 	return []int{rng.IntN(n)}
 }
 
-// worker runs read-modify-write increments until ctx ends.
-func (r *runner) worker(ctx context.Context, st string, w int, offset time.Duration, seed uint64) {
+// worker runs read-modify-write increments until ctx ends, with think time between
+// them and in bursts b (nil: none).
+func (r *runner) worker(ctx context.Context, st string, w int, offset time.Duration, seed uint64, b *burst) {
 	rng := mrand.New(mrand.NewPCG(seed, uint64(w)))
 	owner := fmt.Sprintf("%s-w%d", st, w)
 	s, err := newSession(r.proxyDB, sessionSpec{
@@ -401,15 +435,30 @@ func (r *runner) worker(ctx context.Context, st string, w int, offset time.Durat
 	}
 	client := int(r.clientID.Add(1)) - 1
 	for seq := 0; ctx.Err() == nil; seq++ {
+		var keys []int
+		if b != nil {
+			if keys = slices.Clone(b.gate(ctx)); ctx.Err() != nil {
+				return
+			}
+		}
+		if keys == nil {
+			keys = r.pickKeys(rng, st)
+		} else {
+			// Released by a burst: everyone on the same keys (in either order), within a
+			// few milliseconds.
+			rng.Shuffle(len(keys), func(i, j int) { keys[i], keys[j] = keys[j], keys[i] })
+			sleepCtx(ctx, time.Duration(rng.Int64N(int64(burstSpread))))
+		}
 		id := fmt.Sprintf("%s.%d", owner, seq)
 		switch st {
 		case StratVersioned:
-			r.versionedOp(ctx, s, rng, client, id)
+			r.versionedOp(ctx, s, rng, client, id, keys[0])
 		case StratNaive:
-			r.naiveOp(ctx, s, rng, client, id)
+			r.naiveOp(ctx, s, rng, client, id, keys[0])
 		default:
-			r.lockedOp(ctx, s, rng, client, id)
+			r.lockedOp(ctx, s, rng, client, id, keys)
 		}
+		sleepCtx(ctx, thinkTime(rng, r.cfg.Think))
 	}
 }
 
@@ -424,9 +473,8 @@ func (r *runner) problem(st string) problemFunc {
 }
 
 // lockedOp is one critical section of a lock strategy.
-func (r *runner) lockedOp(ctx context.Context, s *session, rng *mrand.Rand, client int, id string) {
+func (r *runner) lockedOp(ctx context.Context, s *session, rng *mrand.Rand, client int, id string, keys []int) {
 	st := s.spec.Strategy
-	keys := r.pickKeys(rng, st)
 	actx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	// Callers give up: one acquisition in ten is cancelled after up to 30 ms, one in five
@@ -469,6 +517,8 @@ func (r *runner) lockedOp(ctx context.Context, s *session, rng *mrand.Rand, clie
 		}
 		entries = append(entries, e)
 	}
+	// Work under the lock (the lease heartbeats meanwhile).
+	sleepCtx(actx, thinkTime(rng, r.cfg.Hold))
 	ops := make([]*op, len(keys))
 	ids := make([]string, len(keys))
 	for i, k := range keys {
@@ -498,9 +548,8 @@ func (r *runner) lockedOp(ctx context.Context, s *session, rng *mrand.Rand, clie
 
 // versionedOp is one optimistic increment; now and then the worker pauses inside its
 // merge (between read and conditional write) for two leases.
-func (r *runner) versionedOp(ctx context.Context, s *session, rng *mrand.Rand, client int, id string) {
+func (r *runner) versionedOp(ctx context.Context, s *session, rng *mrand.Rand, client int, id string, k int) {
 	st := s.spec.Strategy
-	k := r.pickKeys(rng, st)[0]
 	pause := r.cfg.Disrupt && rng.IntN(40) == 0
 	var seen obs
 	paused := false
@@ -541,9 +590,8 @@ func (r *runner) versionedOp(ctx context.Context, s *session, rng *mrand.Rand, c
 }
 
 // naiveOp is the unlocked read-modify-write the checks must catch.
-func (r *runner) naiveOp(ctx context.Context, s *session, rng *mrand.Rand, client int, id string) {
+func (r *runner) naiveOp(ctx context.Context, s *session, rng *mrand.Rand, client int, id string, k int) {
 	st := s.spec.Strategy
-	k := r.pickKeys(rng, st)[0]
 	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	seen, err := s.data.read(cctx, itemKey(st, k))
 	cancel()
