@@ -113,7 +113,9 @@ const DefaultStall = 1500 * time.Millisecond
 func NoFaults() Faults { return Faults{Rates: map[string]float64{}} }
 
 // AllFaults is every fault kind on, at rates that make about one request in twenty
-// fail one way or another: the mix of `make chaos`.
+// fail one way or another: the mix of `make chaos`. Half the eventually consistent reads
+// are stale (a stale answer is no failure, and DynamoDB may give one any time): at 0.1,
+// 3 of 6 three-minute runs found a reverted TicketLock stale-view fix; at 0.5, 2 of 2.
 func AllFaults() Faults {
 	return Faults{
 		Latency:  3 * time.Millisecond,
@@ -132,7 +134,7 @@ func AllFaults() Faults {
 			KindStall:                0.002,
 			KindBlackout:             0.001,
 			KindLate:                 0.002,
-			KindStaleRead:            0.1,
+			KindStaleRead:            0.5,
 		},
 	}
 }
