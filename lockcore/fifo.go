@@ -671,14 +671,26 @@ func (q *Queue) ownedBy(l *Lease) expression.ConditionBuilder {
 // renew implements leaseOps (the heartbeat of waiting and holding rows).
 func (q *Queue) renew(ctx context.Context, l *Lease) error {
 	bo := backoff{base: q.cfg.backoffBase, cap: q.cfg.backoffCap}
+	// The recorded lease end only moves forward: a late copy of an earlier renewal (sent,
+	// timed out, retried, landing after a later renewal) must not set until back to its
+	// older value, or a waiter in wall-clock mode would evict us while our validity (from
+	// the later renewal) still runs. Where the row records a later end than ours (a clock
+	// stepped back), the renewal keeps it (keepUntil) and only bumps rev, hb and TTL.
+	keepUntil := false
 	for {
 		now := q.cfg.clock.Now()
-		until := now.Add(l.duration)
-		e := expr(expression.NewBuilder().WithCondition(q.ownedBy(l)).WithUpdate(
-			expression.Set(name(attrHB), value(now.UnixMilli())).
-				Set(name(attrUntil), value(until.UnixMilli())).
-				Set(name(attrExpiresAt), value(q.cfg.ttlAt(now, l.duration+q.cfg.ttlGrace))).
-				Add(name(attrRev), value(1))))
+		until := now.Add(l.duration).UnixMilli()
+		upd := expression.Set(name(attrHB), value(now.UnixMilli())).
+			Set(name(attrExpiresAt), value(q.cfg.ttlAt(now, l.duration+q.cfg.ttlGrace))).
+			Add(name(attrRev), value(1))
+		cond := q.ownedBy(l)
+		if !keepUntil {
+			upd = upd.Set(name(attrUntil), value(until))
+			cond = expression.And(cond, expression.Or(
+				expression.AttributeNotExists(name(attrUntil)),
+				expression.LessThanEqual(name(attrUntil), value(until))))
+		}
+		e := expr(expression.NewBuilder().WithCondition(cond).WithUpdate(upd))
 		out, err := q.db.UpdateItem(ctx, conditionalUpdate(q.table, q.rowKey(l), e, types.ReturnValueNone), noSDKRetry)
 		if err == nil {
 			q.cfg.observeServer(out.ResultMetadata)
@@ -687,6 +699,11 @@ func (q *Queue) renew(ctx context.Context, l *Lease) error {
 		switch classify(err) {
 		case errCondition:
 			old, _ := conditionOld(err)
+			if r, ok := attrN(old, attrUntil); ok && !keepUntil && r > until &&
+				attrS(old, attrLeaseID) == l.id && attrS(old, attrOwner) == l.owner {
+				keepUntil = true // still ours, with a later recorded end: keep it
+				continue
+			}
 			return q.classifyOld("renew", l, old)
 		case errFatal:
 			return fmt.Errorf("lockcore: renew %q: %w", l.key, err)

@@ -1,0 +1,112 @@
+package lockcore_test
+
+import (
+	"context"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/turnstile-locks/turnstile/lockcore"
+)
+
+// isQueueRenew matches a Queue heartbeat: the only UpdateItem on a ticket row.
+func isQueueRenew(in *dynamodb.UpdateItemInput) bool {
+	sk, _ := in.Key["sk"].(*types.AttributeValueMemberS)
+	return sk != nil && strings.Contains(sk.Value, "#t#") && strings.Contains(aws.ToString(in.UpdateExpression), "ADD")
+}
+
+// Wall-clock takeover: a Queue renewal whose first request timed out (and was retried)
+// lands late, after a later renewal. Its SET until = (its send time + lease) moved the
+// recorded lease end back, so the next waiter evicted the holder at that older end +
+// skew while the holder's own validity (from its later renewal) still ran: two holders
+// with equal clocks.
+func TestQueueLateRenewCopyDoesNotMoveLeaseEndBack(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ctx := ctxT(t, 30*time.Second)
+	const lease = 3 * time.Second
+	skew := lockcore.WithTakeover(lockcore.WallClockTakeover(100 * time.Millisecond))
+	lw := &lateWrite{DynamoDB: e.db, match: isQueueRenew}
+	a, _ := lockcore.NewQueue(lw, e.locks, fast("a", skew)...)
+	b, _ := lockcore.NewQueue(e.db, e.locks, fast("b", skew)...)
+	actx, stopA := context.WithCancel(ctx)
+	defer stopA()
+	la, err := a.Acquire(actx, "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	stopA() // no background heartbeat: the test renews by hand
+	lw.mu.Lock()
+	lw.armed = true
+	lw.mu.Unlock()
+	if err := la.Renew(ctx); err != nil { // first request held back, the retry lands
+		t.Fatal(err)
+	}
+	if lw.held == nil {
+		t.Fatal("setup: no renewal held back")
+	}
+	time.Sleep(lease / 2)
+	if err := la.Renew(ctx); err != nil { // a later heartbeat
+		t.Fatal(err)
+	}
+	if err := lw.release(ctx); err != nil { // the old copy lands now
+		t.Logf("late copy: %v", err)
+	}
+	lb, err := b.Acquire(ctx, "k", lockcore.Wait(lockcore.WaitUpTo(lease*2/3)))
+	rem := la.Remaining()
+	if err == nil {
+		defer lb.Release(ctx)
+		if rem > 0 {
+			t.Fatalf("b acquired (token %d) while a's lease (token %d) still has %v by a's own clock (same clocks, skew 100ms)",
+				lb.Token(), la.Token(), rem)
+		}
+	}
+	_ = la.Release(ctx)
+}
+
+// steppable is a clock whose offset from the system clock can be changed (stepped).
+type steppable struct{ d atomic.Int64 }
+
+func (s *steppable) Now() time.Time { return time.Now().Add(time.Duration(s.d.Load())) }
+
+// A Queue renewal where the row records a later lease end than the renewal's own (the
+// holder's clock was stepped back) keeps that end and still renews: it neither fails
+// nor moves the end back.
+func TestQueueRenewKeepsLaterRecordedLeaseEnd(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ctx := ctxT(t, 30*time.Second)
+	clk := &steppable{}
+	clk.d.Store(int64(time.Second))
+	a, _ := lockcore.NewQueue(e.db, e.locks, fast("a", lockcore.WithClock(clk))...)
+	la, err := a.Acquire(ctx, "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer la.Release(ctx)
+	row := func() (rev, until string) {
+		out, err := e.db.GetItem(ctx, &dynamodb.GetItemInput{TableName: aws.String(e.locks), ConsistentRead: aws.Bool(true),
+			Key: map[string]types.AttributeValue{
+				"pk": &types.AttributeValueMemberS{Value: "k"},
+				"sk": &types.AttributeValueMemberS{Value: la.Namespace()},
+			}})
+		if err != nil || out.Item == nil {
+			t.Fatalf("read the row: %v (item %v)", err, out)
+		}
+		return out.Item["rev"].(*types.AttributeValueMemberN).Value, out.Item["until"].(*types.AttributeValueMemberN).Value
+	}
+	rev0, until0 := row()
+	clk.d.Store(0) // stepped back by a second
+	if err := la.Renew(ctx); err != nil {
+		t.Fatalf("renew after the clock stepped back: %v", err)
+	}
+	rev1, until1 := row()
+	if rev1 == rev0 || until1 != until0 {
+		t.Fatalf("renew: rev %s -> %s, until %s -> %s; want rev bumped and until kept", rev0, rev1, until0, until1)
+	}
+}
