@@ -529,7 +529,18 @@ func (q *Queue) waitTurn(ctx context.Context, l *Lease, ac *acquireConfig, ticke
 		}
 		waited := now.Sub(start)
 		p := ac.wait
-		if !p.forever && waited >= p.max {
+		budget := p.max
+		if err != nil {
+			// The last read failed transiently (throttled, say): nobody may hold the
+			// lock. As for the take (retrySpent), the policy bounds the retries — its
+			// wait, and at least the backoff cap — and the error says why, not
+			// ErrLockHeld.
+			budget = max(p.max, q.cfg.backoffCap)
+			if q.cfg.retrySpent(p, start) {
+				return fmt.Errorf("lockcore: queue %q: read the queue: %w", l.key, err)
+			}
+		}
+		if !p.forever && waited >= budget {
 			return &HeldError{Key: l.key, Holder: head, Waited: waited, TimedOut: p.max > 0}
 		}
 		pos := int64(1) // after a failed read: as if next
@@ -551,7 +562,7 @@ func (q *Queue) waitTurn(ctx context.Context, l *Lease, ac *acquireConfig, ticke
 		d = min(d, l.duration/10)
 		d = max(d, ac.pollFloor(l.duration))
 		if !p.forever {
-			d = min(d, p.max-waited)
+			d = min(d, budget-waited)
 		}
 		if err := sleep(ctx, max(d, time.Millisecond)); err != nil {
 			return &HeldError{Key: l.key, Holder: head, Waited: q.cfg.clock.Now().Sub(start), Cause: err}

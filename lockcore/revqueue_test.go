@@ -2,6 +2,7 @@ package lockcore_test
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -108,5 +109,49 @@ func TestQueueRenewKeepsLaterRecordedLeaseEnd(t *testing.T) {
 	rev1, until1 := row()
 	if rev1 == rev0 || until1 != until0 {
 		t.Fatalf("renew: rev %s -> %s, until %s -> %s; want rev bumped and until kept", rev0, rev1, until0, until1)
+	}
+}
+
+// The wait policy's documented promise for transient failures holds for a Queue
+// waiter's reads too: a free queue whose Queries are throttled is not reported held
+// (ErrLockHeld, ErrWaitTimeout, with nothing to say why); after the policy's wait, and
+// at least the backoff cap, Acquire returns an error wrapping the throttling.
+func TestQueueThrottledReadsKeepToTheWaitPolicy(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	for _, wait := range []struct {
+		name   string
+		policy lockcore.WaitPolicy
+	}{{"bounded", lockcore.WaitUpTo(300 * time.Millisecond)}, {"nowait", lockcore.NoWait()}} {
+		t.Run(wait.name, func(t *testing.T) {
+			t.Parallel()
+			ctx := ctxT(t, 10*time.Second)
+			f := &throttledQueries{DynamoDB: e.db}
+			f.on.Store(true)
+			q, _ := lockcore.NewQueue(f, e.locks, fast("q")...)
+			key := "thr-read-" + wait.name
+			start := time.Now()
+			l, err := q.Acquire(ctx, key, wait.policy)
+			took := time.Since(start)
+			if err == nil {
+				_ = l.Release(ctx)
+				t.Fatal("acquired without a single read of the queue")
+			}
+			t.Logf("after %s and %d refused reads: %v", took, f.refused.Load(), err)
+			if took > 3*time.Second {
+				t.Errorf("returned after %s: the wait policy did not bound it", took)
+			}
+			var tx *types.ProvisionedThroughputExceededException
+			if errors.Is(err, lockcore.ErrLockHeld) || !errors.As(err, &tx) {
+				t.Errorf("a free queue whose reads are throttled: %v; want an error wrapping the throttling, not ErrLockHeld", err)
+			}
+			// The ticket was withdrawn: a client whose reads pass takes the lock at once.
+			r, _ := lockcore.NewQueue(e.db, e.locks, fast("r")...)
+			l2, err := r.TryAcquire(ctx, key)
+			if err != nil {
+				t.Fatalf("after the throttled acquire: %v", err)
+			}
+			_ = l2.Release(ctx)
+		})
 	}
 }
