@@ -18,7 +18,7 @@ import (
 //
 // Rows (in the lock table, partition key = lock key):
 //
-//	sk "<ns>#counter"        the last ticket issued; never expires (it is the fencing counter)
+//	sk "<ns>#counter"        the last ticket issued (or given up); never expires (the fencing counter)
 //	sk "<ns>#resv"           the last place in line handed out; never expires
 //	sk "<ns>#t#<ticket>"     one row per waiter or holder, heartbeated at half the lease
 //
@@ -43,8 +43,9 @@ import (
 // was released, and backing off from that starves the waiters that lost most. Numbers
 // whose transaction never landed are skipped: tickets have gaps, and stay increasing in
 // the order they are served. A release before the "resv" row (which moved the counter
-// by one per ticket) is compatible: both only ever move the counter up to a ticket whose
-// row they put in the same transaction.
+// by one per ticket) is compatible: both only ever move the counter up — to a ticket
+// whose row they put in the same transaction, or (a waiter giving up a ticket whose
+// transaction may still land, see dropUncertain) past a number, which is then skipped.
 //
 // The fencing token is the ticket number: tickets are granted in order and the counter
 // row is never deleted.
@@ -362,11 +363,31 @@ func (q *Queue) ownsTicket(ctx context.Context, key, ns string, ticket int64, le
 	return err == nil && attrS(r, attrLeaseID) == leaseID, err
 }
 
-// dropUncertain deletes, best effort, the row of a ticket whose transaction may have
-// landed after this waiter gave up, so that no orphan row makes later waiters wait.
+// dropUncertain gives up, best effort, a ticket whose transaction may have landed or may
+// still land: a request aborted in flight (the caller's context was cancelled) or
+// delayed can reach DynamoDB after any read or delete this waiter makes, and put a row
+// nobody heartbeats — an orphan every later ticket would wait a lease for. So it first
+// moves the counter up to the ticket, which makes such a copy fail its condition (it only
+// skips a number, as a later ticket landing first does), then deletes the row if one
+// landed.
 func (q *Queue) dropUncertain(ctx context.Context, key, ns string, ticket int64, leaseID string) {
 	ctx, cancel := detached(ctx)
 	defer cancel()
+	e := expr(expression.NewBuilder().
+		WithCondition(expression.Or(expression.AttributeNotExists(name(attrNext)),
+			expression.LessThan(name(attrNext), value(ticket)))).
+		WithUpdate(expression.Set(name(attrNext), value(ticket))))
+	counterKey := item{attrPK: s(key), attrSK: s(counterSK(ns))}
+	bo := backoff{base: q.cfg.backoffBase, cap: q.cfg.backoffCap}
+	for {
+		_, err := q.db.UpdateItem(ctx, conditionalUpdate(q.table, counterKey, e, types.ReturnValueNone), noSDKRetry)
+		if err == nil || classify(err) == errCondition || classify(err) == errFatal {
+			break // moved, or already past the ticket (or not to be done)
+		}
+		if sleep(ctx, bo.next()) != nil {
+			break
+		}
+	}
 	l := &Lease{key: key, namespace: ticketSK(ns, ticket), id: leaseID, owner: q.cfg.owner, clock: q.cfg.clock}
 	_ = q.release(ctx, l)
 }

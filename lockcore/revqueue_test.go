@@ -3,7 +3,9 @@ package lockcore_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -154,4 +156,51 @@ func TestQueueThrottledReadsKeepToTheWaitPolicy(t *testing.T) {
 			_ = l2.Release(ctx)
 		})
 	}
+}
+
+// cancelIssueInFlight cancels the caller's context during the first ticket-issuing
+// transaction and delivers that transaction only after the caller has given up (a
+// request aborted in flight that still reaches DynamoDB).
+type cancelIssueInFlight struct {
+	lockcore.DynamoDB
+	cancel context.CancelFunc
+	once   sync.Once
+	late   chan *dynamodb.TransactWriteItemsInput
+}
+
+func (f *cancelIssueInFlight) TransactWriteItems(ctx context.Context, in *dynamodb.TransactWriteItemsInput, o ...func(*dynamodb.Options)) (*dynamodb.TransactWriteItemsOutput, error) {
+	hold := false
+	f.once.Do(func() { hold = true })
+	if hold {
+		f.cancel()
+		f.late <- in
+		return nil, fmt.Errorf("operation error DynamoDB: TransactWriteItems: %w", context.Canceled)
+	}
+	return f.DynamoDB.TransactWriteItems(ctx, in, o...)
+}
+
+// A Queue waiter cancelled while its ticket transaction is in flight gives up; the
+// transaction lands afterwards, after every read and delete the waiter made. Nobody
+// withdraws the row it puts, and the next acquisitions wait a lease for an orphan
+// (TryAcquire on the free queue reports it held) — as the TicketLock's requests did
+// before their tombstones.
+func TestQueueCancelledIssueLeavesNoOrphan(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ctx := ctxT(t, 30*time.Second)
+	wctx, cancel := context.WithCancel(ctx)
+	f := &cancelIssueInFlight{DynamoDB: e.db, cancel: cancel, late: make(chan *dynamodb.TransactWriteItemsInput, 1)}
+	w, _ := lockcore.NewQueue(f, e.locks, fast("w")...)
+	if _, err := w.Acquire(wctx, "orphan"); !errors.Is(err, context.Canceled) {
+		t.Fatalf("cancelled Acquire: %v, want context.Canceled", err)
+	}
+	in := <-f.late
+	_, lateErr := e.db.TransactWriteItems(ctx, in) // the aborted request arrives now
+	t.Logf("late ticket transaction: %v", lateErr)
+	b, _ := lockcore.NewQueue(e.db, e.locks, fast("b")...)
+	l, err := b.TryAcquire(ctx, "orphan")
+	if err != nil {
+		t.Fatalf("uncontended TryAcquire after a cancelled waiter: %v: the cancelled transaction left an orphan row", err)
+	}
+	_ = l.Release(ctx)
 }
