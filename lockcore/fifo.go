@@ -115,6 +115,14 @@ func (q *Queue) Acquire(ctx context.Context, key string, opts ...AcquireOption) 
 		h(key, ticket)
 	}
 	l := newLease(q, q.cfg, ac.lease, key, ticketSK(ac.namespace, ticket), leaseID, Fence(ticket), start)
+	// The handle keeps the waiting row alive, but it is not the caller's lease until
+	// Acquire returns it: the row's loss while waiting and its withdrawal report no
+	// lease event (the acquisition's own event says how it ended).
+	l.observe(ctx)
+	l.mu.Lock()
+	obs := l.observer
+	l.observer = nil
+	l.mu.Unlock()
 	if q.cfg.ttlTooEarly(ttl, ac.lease+q.cfg.ttlGrace) {
 		// Our clock runs slow: TTL could remove our row while we wait or hold. Rewrite
 		// its TTL from the server's time at once.
@@ -132,6 +140,9 @@ func (q *Queue) Acquire(ctx context.Context, key string, opts ...AcquireOption) 
 		cancel()
 		return nil, err
 	}
+	l.mu.Lock()
+	l.observer = obs
+	l.mu.Unlock()
 	q.since.Store(l.id, q.cfg.clock.Now())
 	return l, nil
 }

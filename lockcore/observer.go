@@ -97,7 +97,9 @@ func (c *config) acquired(ctx context.Context, strategy Strategy, key, ns string
 
 // leaseEvent reports how a lease ended (err nil: released) or a write's unknown outcome.
 func (l *Lease) report(err error) {
-	o := l.observer
+	l.mu.Lock()
+	o := l.observer // a Queue sets it once the waiting row became the caller's lease
+	l.mu.Unlock()
 	if o == nil {
 		return
 	}

@@ -204,3 +204,62 @@ func TestQueueCancelledIssueLeavesNoOrphan(t *testing.T) {
 	}
 	_ = l.Release(ctx)
 }
+
+// A Queue waiter's row is kept alive by a lease handle before the caller has a lease.
+// When the wait ends without one (NoWait on a busy queue, a timeout) the row is
+// withdrawn through that handle, and the observer reported it as a lease Released (with
+// its "hold" time) — a lease the caller never got; a waiting row lost while waiting was
+// reported as a LeaseLost ("work done under it may have overlapped another holder's").
+func TestQueueObserverReportsNoLeaseTheCallerNeverGot(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ctx := ctxT(t, 30*time.Second)
+	var mu sync.Mutex
+	var events []string
+	obs := lockcore.WithObserver(lockcore.Observer{
+		Released: func(_ context.Context, ev lockcore.LeaseEvent) {
+			mu.Lock()
+			events = append(events, fmt.Sprintf("released %s token %d", ev.LeaseID, ev.Token))
+			mu.Unlock()
+		},
+		LeaseLost: func(_ context.Context, ev lockcore.LeaseEvent) {
+			mu.Lock()
+			events = append(events, fmt.Sprintf("lost %s token %d: %v", ev.LeaseID, ev.Token, ev.Err))
+			mu.Unlock()
+		},
+	})
+	h, _ := lockcore.NewQueue(e.db, e.locks, fast("h")...)
+	lh, err := h.Acquire(ctx, "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lh.Release(ctx)
+	w, _ := lockcore.NewQueue(e.db, e.locks, fast("w", obs)...)
+	if _, err := w.TryAcquire(ctx, "k"); !errors.Is(err, lockcore.ErrLockHeld) {
+		t.Fatalf("TryAcquire on a held queue: %v, want ErrLockHeld", err)
+	}
+	if _, err := w.Acquire(ctx, "k", lockcore.WaitUpTo(200*time.Millisecond)); !errors.Is(err, lockcore.ErrWaitTimeout) {
+		t.Fatalf("Acquire on a held queue: %v, want ErrWaitTimeout", err)
+	}
+	mu.Lock()
+	if len(events) > 0 {
+		t.Fatalf("the observer reported lease events for acquisitions that returned no lease: %q", events)
+	}
+	mu.Unlock()
+	// A lease the caller got is reported as before.
+	if err := lh.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	lw, err := w.Acquire(ctx, "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := lw.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if want := fmt.Sprintf("released %s token %d", lw.ID(), lw.Token()); len(events) != 1 || events[0] != want {
+		t.Fatalf("events %q, want [%q]", events, want)
+	}
+}
