@@ -28,9 +28,9 @@
 //   - Queue (FIFO ticket queue with a row per waiter): waiters enter strictly in arrival
 //     order, and each waiter's row is visible (owner, heartbeat) while it waits, so a
 //     crashed waiter is evicted after its own lease rather than when its turn comes. It
-//     costs a read and a transaction to enqueue and a Query per poll (of at most four
-//     rows from the head of the queue up to the waiter's own; all of them once a lease,
-//     to watch for dead waiters).
+//     costs a write (a place in line) and a transaction to enqueue and a Query per poll
+//     (of at most four rows from the head of the queue up to the waiter's own; all of
+//     them once a lease, to watch for dead waiters).
 //   - Versioned (optimistic): no lock; writes conditioned on the version read, retried
 //     with a merge function. Best when conflicts are rare.
 //   - Mutex.AcquireAll (multi-key): several keys all-or-nothing, in canonical order, so

@@ -30,8 +30,9 @@ import (
 // once a ticket's row exists no earlier ticket can be issued, and a waiter that sees its
 // own row in a strongly consistent Query also sees every earlier ticket's row that still
 // exists. The holder is the first live row; rows whose heartbeat stopped (by the takeover
-// mode's rules) are deleted, conditioned on the version that was observed, so a live
-// heartbeat always wins.
+// mode's rules) are deleted, conditioned on what was observed (the row's version; in
+// wall-clock mode, its recorded lease end lying past by the skew), so a live heartbeat
+// always wins.
 //
 // Which number a waiter tries comes from a place in line: an unconditional increment of
 // the "resv" row (a separate row, so that taking a place never conflicts with an
