@@ -141,10 +141,12 @@ func (q *Queue) Acquire(ctx context.Context, key string, opts ...AcquireOption) 
 		cancel()
 		return nil, err
 	}
+	now := q.cfg.clock.Now()
 	l.mu.Lock()
 	l.observer = obs
+	l.acquired = now // the hold starts now, not at the enqueue
 	l.mu.Unlock()
-	q.since.Store(l.id, q.cfg.clock.Now())
+	q.since.Store(l.id, now)
 	return l, nil
 }
 

@@ -32,7 +32,7 @@ type Lease struct {
 	ikey                      item // data item key (locking read only)
 	observer                  *Observer
 	obsCtx                    context.Context // the acquiring call's context, for observer events
-	acquired                  time.Time
+	acquired                  time.Time       // when the caller got it (a Queue sets it at entry, under mu)
 
 	mu         sync.Mutex
 	validUntil time.Time     // local clock: start of the last successful acquire/renew + duration

@@ -98,7 +98,8 @@ func (c *config) acquired(ctx context.Context, strategy Strategy, key, ns string
 // leaseEvent reports how a lease ended (err nil: released) or a write's unknown outcome.
 func (l *Lease) report(err error) {
 	l.mu.Lock()
-	o := l.observer // a Queue sets it once the waiting row became the caller's lease
+	// A Queue sets both once the waiting row became the caller's lease.
+	o, acquired := l.observer, l.acquired
 	l.mu.Unlock()
 	if o == nil {
 		return
@@ -108,7 +109,7 @@ func (l *Lease) report(err error) {
 		ctx = context.Background() // an attached lease
 	}
 	ev := LeaseEvent{Strategy: leaseStrategy(l.ops), Key: l.key, Namespace: l.namespace, LeaseID: l.id,
-		Token: l.token, Held: l.clock.Now().Sub(l.acquired), Err: err}
+		Token: l.token, Held: l.clock.Now().Sub(acquired), Err: err}
 	switch {
 	case err == nil:
 		if o.Released != nil {

@@ -263,3 +263,35 @@ func TestQueueObserverReportsNoLeaseTheCallerNeverGot(t *testing.T) {
 		t.Fatalf("events %q, want [%q]", events, want)
 	}
 }
+
+// A Queue lease's Released event reports how long it was held (LeaseEvent.Held: "from
+// the acquisition to the event"), as the other strategies do; it counted from the
+// enqueue, so a waiter's hold time included its whole wait.
+func TestQueueReleasedEventHoldTimeExcludesTheWait(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ctx := ctxT(t, 30*time.Second)
+	held := make(chan time.Duration, 1)
+	obs := lockcore.WithObserver(lockcore.Observer{Released: func(_ context.Context, ev lockcore.LeaseEvent) { held <- ev.Held }})
+	h, _ := lockcore.NewQueue(e.db, e.locks, fast("h")...)
+	w, _ := lockcore.NewQueue(e.db, e.locks, fast("w", obs)...)
+	lh, err := h.Acquire(ctx, "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const wait = time.Second
+	go func() {
+		time.Sleep(wait)
+		_ = lh.Release(ctx)
+	}()
+	lw, err := w.Acquire(ctx, "k") // waits about a second
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := lw.Release(ctx); err != nil { // held for a moment
+		t.Fatal(err)
+	}
+	if d := <-held; d >= wait/2 {
+		t.Fatalf("a lease released right after Acquire returned was reported held for %v: the wait (%v) counted as hold time", d, wait)
+	}
+}
