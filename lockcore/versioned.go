@@ -90,7 +90,8 @@ type MergeFunc func(current map[string]types.AttributeValue) (map[string]types.A
 // proves the earlier ones cannot land any more. When the item moved on too far to tell —
 // or is absent after such a write (it may have landed and been deleted since) — Update
 // returns ErrUnknownOutcome; likewise when MaxAttempts attempts ended with ambiguous
-// writes (each after a backoff pause).
+// writes (each after a backoff pause), or with one that a last read could not settle.
+// Update never writes more than MaxAttempts times.
 func (v *Versioned) Update(ctx context.Context, key map[string]types.AttributeValue, merge MergeFunc) (map[string]types.AttributeValue, int64, error) {
 	if len(key) == 0 {
 		return nil, 0, invalidKey("key", "must not be empty")
@@ -105,6 +106,7 @@ func (v *Versioned) Update(ctx context.Context, key map[string]types.AttributeVa
 	pendingVer := int64(-1)
 	pendingNone := false
 	attempt := 0
+	var lastErr error // the last attempt's write error
 	for {
 		out, err := v.db.GetItem(ctx, &dynamodb.GetItemInput{
 			TableName: aws.String(v.table), Key: key, ConsistentRead: aws.Bool(true),
@@ -140,6 +142,14 @@ func (v *Versioned) Update(ctx context.Context, key map[string]types.AttributeVa
 				return nil, 0, fmt.Errorf("%w: version moved from %d to %d after an ambiguous write", ErrUnknownOutcome, pendingVer, ver)
 			}
 		}
+		if attempt >= v.maxAttempts {
+			// The attempts are spent: this read only settled the ambiguous ones (a
+			// conflict or a throttled write after them is no answer).
+			if len(pending) > 0 {
+				return nil, 0, fmt.Errorf("%w: %d attempts, an ambiguous one not settled: %v", ErrUnknownOutcome, attempt, lastErr)
+			}
+			return nil, 0, fmt.Errorf("%w: %d attempts: %v", ErrConflict, attempt, lastErr)
+		}
 		attempt++
 		next, err := merge(cur)
 		if errors.Is(err, ErrSkip) {
@@ -173,6 +183,7 @@ func (v *Versioned) Update(ctx context.Context, key map[string]types.AttributeVa
 		if err == nil {
 			return v.strip(put), ver + 1, nil
 		}
+		lastErr = err
 		switch classify(err) {
 		case errFatal:
 			if len(pending) > 0 {

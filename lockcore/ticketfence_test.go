@@ -1,0 +1,107 @@
+package lockcore_test
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/turnstile-locks/turnstile/lockcore"
+)
+
+// resetThenThrottledPuts fails the first PutItem as a connection reset (the request
+// never landed, but the caller cannot know) and refuses every later one as throttled.
+type resetThenThrottledPuts struct {
+	lockcore.DynamoDB
+	calls atomic.Int32
+}
+
+func (f *resetThenThrottledPuts) PutItem(context.Context, *dynamodb.PutItemInput, ...func(*dynamodb.Options)) (*dynamodb.PutItemOutput, error) {
+	if f.calls.Add(1) == 1 {
+		return nil, errReset
+	}
+	return nil, &types.ProvisionedThroughputExceededException{Message: aws.String("throttled (test)")}
+}
+
+// Versioned.Update's attempts are bounded by MaxAttempts also when an ambiguous write is
+// followed by throttled ones: with a write pending, a throttled attempt neither settled
+// it nor counted against the bound, so Update merged and wrote until its context ended.
+func TestVersionedAmbiguousThenThrottledBounded(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ctx := ctxT(t, 10*time.Second)
+	it := dataKey("x")
+	it["version"] = &types.AttributeValueMemberN{Value: "5"}
+	if _, err := e.db.PutItem(ctx, &dynamodb.PutItemInput{TableName: aws.String(e.data), Item: it}); err != nil {
+		t.Fatal(err)
+	}
+	f := &resetThenThrottledPuts{DynamoDB: e.db}
+	v, _ := lockcore.NewVersioned(f, e.data, fast("v", lockcore.MaxAttempts(3))...)
+	merges := 0
+	_, _, err := v.Update(ctx, dataKey("x"), func(map[string]types.AttributeValue) (map[string]types.AttributeValue, error) {
+		merges++
+		return map[string]types.AttributeValue{"a": &types.AttributeValueMemberN{Value: "1"}}, nil
+	})
+	t.Logf("Update: %v; %d writes, %d merges", err, f.calls.Load(), merges)
+	if n := f.calls.Load(); n > 3 || merges > 3 {
+		t.Fatalf("MaxAttempts(3): %d writes, %d merges (err %v)", n, merges, err)
+	}
+	if !errors.Is(err, lockcore.ErrUnknownOutcome) {
+		t.Fatalf("Update: %v, want ErrUnknownOutcome (the first write may still land)", err)
+	}
+}
+
+// resetThenBumped fails the first PutItem as a connection reset without landing it, and
+// lets another writer move the item's version just before each later one.
+type resetThenBumped struct {
+	lockcore.DynamoDB
+	calls atomic.Int32
+	bump  func()
+}
+
+func (f *resetThenBumped) PutItem(ctx context.Context, in *dynamodb.PutItemInput, o ...func(*dynamodb.Options)) (*dynamodb.PutItemOutput, error) {
+	if f.calls.Add(1) == 1 {
+		return nil, errReset
+	}
+	f.bump()
+	return f.DynamoDB.PutItem(ctx, in, o...)
+}
+
+// The same bound when the attempts after an ambiguous one lose to other writers: the
+// read that settles the ambiguous write (another writer's version followed it) must not
+// start an attempt beyond MaxAttempts.
+func TestVersionedAmbiguousThenConflictsBounded(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ctx := ctxT(t, 10*time.Second)
+	seed := func(ver string) {
+		it := dataKey("x")
+		it["version"] = &types.AttributeValueMemberN{Value: ver}
+		if _, err := e.db.PutItem(ctx, &dynamodb.PutItemInput{TableName: aws.String(e.data), Item: it}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	seed("5")
+	next := 5
+	f := &resetThenBumped{DynamoDB: e.db}
+	f.bump = func() { next++; seed(strconv.Itoa(next)) }
+	v, _ := lockcore.NewVersioned(f, e.data, fast("v", lockcore.MaxAttempts(2))...)
+	merges := 0
+	_, _, err := v.Update(ctx, dataKey("x"), func(map[string]types.AttributeValue) (map[string]types.AttributeValue, error) {
+		merges++
+		return map[string]types.AttributeValue{"a": &types.AttributeValueMemberN{Value: "1"}}, nil
+	})
+	t.Logf("Update: %v; %d writes, %d merges", err, f.calls.Load(), merges)
+	if n := f.calls.Load(); n > 2 || merges > 2 {
+		t.Fatalf("MaxAttempts(2): %d writes, %d merges (err %v)", n, merges, err)
+	}
+	if !errors.Is(err, lockcore.ErrConflict) {
+		t.Fatalf("Update: %v, want ErrConflict (the ambiguous write was overtaken, the other lost)", err)
+	}
+}
