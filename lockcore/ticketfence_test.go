@@ -105,3 +105,41 @@ func TestVersionedAmbiguousThenConflictsBounded(t *testing.T) {
 		t.Fatalf("Update: %v, want ErrConflict (the ambiguous write was overtaken, the other lost)", err)
 	}
 }
+
+// A Versioned item whose version attribute holds no version Update can advance (a string,
+// a fraction, a number beyond int64, or the largest int64) is refused at once, without a
+// write: Update read it as "no version", wrote conditioned on the attribute's absence
+// and burned MaxAttempts reporting ErrConflict — lost to concurrent writers that did not
+// exist — and at 2^63-1 it wrote the version -2^63 and returned it.
+func TestVersionedRefusesUnusableVersion(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ctx := ctxT(t, 20*time.Second)
+	for i, av := range []types.AttributeValue{
+		&types.AttributeValueMemberS{Value: "5"},
+		&types.AttributeValueMemberN{Value: "5.5"},
+		&types.AttributeValueMemberN{Value: "1e40"},
+		&types.AttributeValueMemberN{Value: "9223372036854775807"},
+	} {
+		k := dataKey("v" + strconv.Itoa(i))
+		it := dataKey("v" + strconv.Itoa(i))
+		it["version"] = av
+		if _, err := e.db.PutItem(ctx, &dynamodb.PutItemInput{TableName: aws.String(e.data), Item: it}); err != nil {
+			t.Fatal(err)
+		}
+		v, _ := lockcore.NewVersioned(e.db, e.data, fast("v", lockcore.MaxAttempts(3))...)
+		merges := 0
+		_, ver, err := v.Update(ctx, k, func(map[string]types.AttributeValue) (map[string]types.AttributeValue, error) {
+			merges++
+			return map[string]types.AttributeValue{"a": &types.AttributeValueMemberN{Value: "1"}}, nil
+		})
+		after := readData(t, e, k)["version"]
+		t.Logf("%#v: ver=%d merges=%d err=%v; stored after: %#v", av, ver, merges, err, after)
+		if err == nil || errors.Is(err, lockcore.ErrConflict) || merges > 0 {
+			t.Errorf("version %#v: Update returned version %d, %v after %d merges; want an error naming the version attribute, no merge", av, ver, err, merges)
+		}
+		if n, ok := after.(*types.AttributeValueMemberN); ok && n.Value == "-9223372036854775808" {
+			t.Errorf("version %#v overflowed to %s", av, n.Value)
+		}
+	}
+}

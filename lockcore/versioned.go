@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
+	"strings"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/expression"
@@ -82,7 +84,9 @@ type MergeFunc func(current map[string]types.AttributeValue) (map[string]types.A
 
 // Update reads the item (strongly consistent), merges, and writes it conditioned on the
 // version read, retrying with backoff on conflict. It returns the written item and its
-// version. After MaxAttempts conflicts it returns ErrConflict.
+// version. After MaxAttempts conflicts it returns ErrConflict. An item whose version
+// attribute holds anything but an integer below 2^63−1 (a string, a fraction) is
+// refused with an error naming it, without a write.
 //
 // A write that fails ambiguously (timeout, reset, 5xx) is never blindly repeated: every
 // write carries a writer id, and later reads settle whether it landed. At most one of
@@ -141,6 +145,12 @@ func (v *Versioned) Update(ctx context.Context, key map[string]types.AttributeVa
 			default:
 				return nil, 0, fmt.Errorf("%w: version moved from %d to %d after an ambiguous write", ErrUnknownOutcome, pendingVer, ver)
 			}
+		}
+		if av, ok := cur[v.versionAttr]; ok && (!hasVer || ver == math.MaxInt64) {
+			// A version Update cannot advance: conditioning on its absence would fail
+			// every attempt (reported as lost to writers that do not exist), and the
+			// largest int64 would wrap to a negative version.
+			return nil, 0, fmt.Errorf("lockcore: versioned update: the item's %q is %s, not a version Update can advance (an integer below 2^63-1)", v.versionAttr, describeAV(av))
 		}
 		if attempt >= v.maxAttempts {
 			// The attempts are spent: this read only settled the ambiguous ones (a
@@ -222,4 +232,12 @@ func (v *Versioned) strip(it item) item {
 		}
 	}
 	return out
+}
+
+// describeAV names an attribute value for an error: a number's digits, otherwise its type.
+func describeAV(av types.AttributeValue) string {
+	if n, ok := av.(*types.AttributeValueMemberN); ok {
+		return n.Value
+	}
+	return "of type " + strings.TrimPrefix(fmt.Sprintf("%T", av), "*types.AttributeValueMember")
 }
