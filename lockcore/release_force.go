@@ -139,7 +139,8 @@ func (o *ForceOptions) validate(key string) error {
 // ticket, revision, row life and the served ticket's entry; a Mutex row of the previous
 // release: lease id, revision and state held), so a lease that changed hands meanwhile
 // is never ended by mistake; a heartbeat of the same lease (a new revision) is re-read
-// and retried.
+// and retried, in the same life of the row only (a lease's token has no epoch until
+// its holder wrote the row life's epoch).
 //
 //   - Mutex: the served ticket is skipped (serving + 1, its entries removed, the next
 //     ticket's lease end left unrecorded), as a waiter skips a holder that stopped
@@ -184,6 +185,11 @@ func (in *Inspector) ForceRelease(ctx context.Context, key string, opts ForceOpt
 	// its first heartbeat names its owner), and "ticket N" alone names one life of a row
 	// only: the token (with its epoch) pins the lease across attempts.
 	token := opts.Token
+	// life: the lock row's life, fixed by the first read. A holder that has not written
+	// its life's fence epoch yet (one that crashed right after its ticket) has a token
+	// without one, the same as the same ticket's in the row's next life: a row deleted and
+	// created again between two attempts must not let the second end that life's holder.
+	life, pinned := "", false
 	var last error
 	for attempt := 0; attempt < forceAttempts; attempt++ {
 		if attempt > 0 {
@@ -215,10 +221,13 @@ func (in *Inspector) ForceRelease(ctx context.Context, key string, opts ForceOpt
 			err = in.notHeld(key, opts.Namespace, opts.Strategy, fmt.Sprintf("%s (token %d)", target, int64(token)),
 				fmt.Sprintf("its token is %d", int64(rec.Token.Token)))
 		}
+		if err == nil && pinned && attrS(cur, attrLife) != life {
+			err = in.notHeld(key, opts.Namespace, opts.Strategy, target, "the lock row was deleted and created again")
+		}
 		if err != nil {
 			return nil, err
 		}
-		token = rec.Token.Token
+		token, life, pinned = rec.Token.Token, attrS(cur, attrLife), true
 		audit := item{
 			attrPK: s(key), attrSK: s(auditSK(opts.Namespace, opts.Strategy, now, rec.ID)),
 			attrAuditStrategy: s(string(opts.Strategy)), attrAuditNS: s(opts.Namespace),

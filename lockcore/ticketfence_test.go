@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -141,5 +142,89 @@ func TestVersionedRefusesUnusableVersion(t *testing.T) {
 		if n, ok := after.(*types.AttributeValueMemberN); ok && n.Value == "-9223372036854775808" {
 			t.Errorf("version %#v overflowed to %s", av, n.Value)
 		}
+	}
+}
+
+// beforeTransact runs between once, before the first TransactWriteItems is sent.
+type beforeTransact struct {
+	lockcore.InspectorAPI
+	between func()
+	once    sync.Once
+}
+
+func (f *beforeTransact) TransactWriteItems(ctx context.Context, in *dynamodb.TransactWriteItemsInput, o ...func(*dynamodb.Options)) (*dynamodb.TransactWriteItemsOutput, error) {
+	f.once.Do(f.between)
+	return f.InspectorAPI.TransactWriteItems(ctx, in, o...)
+}
+
+// ForceRelease pins the lease it ends across its attempts by the token, but a holder
+// that has not written its row life's fence epoch yet (it crashed between its ticket and
+// the epoch, the state force-release exists for) has the token 0<<32 | ticket, the same
+// in every life of the row. When the row was deleted (by TTL, or a user) between two
+// attempts and a new life's ticket 1 was served, also without an epoch yet, the second
+// attempt ended that new holder's lease.
+func TestForceReleasePinsTheRowLife(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ctx := ctxT(t, 30*time.Second)
+	hctx, cancel := context.WithCancel(ctx)
+	stuck := make(chan struct{})
+	entered := make(chan int64, 2)
+	defer func() { cancel(); close(stuck) }()
+	// Holders that stop between their ticket and their fence epoch.
+	holder := func(owner string) {
+		tl, err := lockcore.NewTicketLock(e.db, e.locks, fast(owner, lockcore.WithAfterTicketHook(func(_ string, tk int64) {
+			entered <- tk
+			<-stuck
+		}))...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		go func() { _, _ = tl.Acquire(hctx, "k") }()
+		if tk := <-entered; tk != 1 {
+			t.Fatalf("%s: ticket %d, want 1", owner, tk)
+		}
+	}
+	holder("a")
+	rowKey := map[string]types.AttributeValue{"pk": &types.AttributeValueMemberS{Value: "k"}, "sk": &types.AttributeValueMemberS{Value: "lock#ticket"}}
+	life := func() string {
+		out, err := e.db.GetItem(ctx, &dynamodb.GetItemInput{TableName: aws.String(e.locks), Key: rowKey, ConsistentRead: aws.Bool(true)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s, ok := out.Item["life"].(*types.AttributeValueMemberS); ok {
+			return s.Value
+		}
+		return ""
+	}
+	first := life()
+	var second string
+	f := &beforeTransact{InspectorAPI: e.db, between: func() {
+		// The row goes (TTL, or a user) and b takes ticket 1 of its next life.
+		if _, err := e.db.DeleteItem(ctx, &dynamodb.DeleteItemInput{TableName: aws.String(e.locks), Key: rowKey}); err != nil {
+			t.Error(err)
+		}
+		holder("b")
+		second = life()
+	}}
+	in, err := lockcore.NewInspector(f, e.locks)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec, err := in.ForceRelease(ctx, "k", lockcore.ForceOptions{Strategy: lockcore.StrategyTicket, Actor: "ops", Reason: "a crashed"})
+	t.Logf("lives %s then %s; ForceRelease: %+v, %v", first, second, rec, err)
+	if !errors.Is(err, lockcore.ErrNotHeld) {
+		t.Errorf("ForceRelease of a's lease (life %s) returned %+v, %v; want ErrNotHeld: the row's life %s is b's", first, rec, err, second)
+	}
+	info := func() *lockcore.TicketInfo {
+		tl, _ := lockcore.NewTicketLock(e.db, e.locks, fast("c")...)
+		i, err := tl.Get(ctx, "k")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return i
+	}()
+	if info.Serving != 1 || !info.Held {
+		t.Errorf("b's ticket 1 of the new life was ended: %+v", info)
 	}
 }
