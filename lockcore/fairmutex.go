@@ -820,6 +820,9 @@ func (m *Mutex) withdrawUnknown(ctx context.Context, h *mutexHold) {
 			row := parseMutexRow(old, h.wattr)
 			if row.ownEntry {
 				h.ticket, h.life = row.ownTicket, row.life
+				// Another copy of the request may still be on its way: leave a
+				// tombstone, not a removed entry, for it to fail on.
+				h.tomb = true
 				m.withdraw(ctx, h)
 			}
 			return // or our tombstone from an earlier attempt

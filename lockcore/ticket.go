@@ -643,6 +643,9 @@ func (t *TicketLock) withdrawUnknown(ctx context.Context, key, ns string, h *tic
 			row := parseTicketRow(old, h.wattr)
 			if row.ownEntry {
 				h.ticket, h.life = row.ownTicket, row.life
+				// Another copy of the request may still be on its way: leave a
+				// tombstone, not a removed entry, for it to fail on.
+				h.tomb = true
 				t.withdraw(ctx, h)
 			}
 			return // or our tombstone from an earlier attempt

@@ -228,3 +228,78 @@ func TestForceReleasePinsTheRowLife(t *testing.T) {
 		t.Errorf("b's ticket 1 of the new life was ended: %+v", info)
 	}
 }
+
+// lateThenLost holds back the first ticket request (an UpdateItem returning ALL_NEW) and
+// fails it as a timeout, to be sent later; it lands the second, then runs between (the
+// waiter's context ends) and loses its response.
+type lateThenLost struct {
+	lockcore.DynamoDB
+	between func()
+	calls   atomic.Int32
+	late    chan *dynamodb.UpdateItemInput
+}
+
+func (f *lateThenLost) UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput, o ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error) {
+	if in.ReturnValues != types.ReturnValueAllNew {
+		return f.DynamoDB.UpdateItem(ctx, in, o...)
+	}
+	switch f.calls.Add(1) {
+	case 1:
+		f.late <- in
+		return nil, errTimeout
+	case 2:
+		out, err := f.DynamoDB.UpdateItem(ctx, in, o...)
+		if err == nil {
+			f.between()
+			return nil, errReset
+		}
+		return out, err
+	}
+	return f.DynamoDB.UpdateItem(ctx, in, o...)
+}
+
+// A waiter whose context ends while its ticket request is uncertain withdraws it; when
+// the retry had issued the ticket (its response lost), the ticket was withdrawn by
+// removing its entry — so the first request, delayed in the network, could still land
+// afterwards and issue a ticket nobody holds: the lock idled for a lease. The entry must
+// be left as a tombstone, as it is when the waiter learnt of its ticket.
+func TestCancelledUncertainTakeLeavesTombstone(t *testing.T) {
+	for _, strategy := range []string{"ticket", "mutex"} {
+		t.Run(strategy, func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t)
+			ctx := ctxT(t, 30*time.Second)
+			actx, cancel := context.WithCancel(ctx)
+			f := &lateThenLost{DynamoDB: e.db, between: cancel, late: make(chan *dynamodb.UpdateItemInput, 1)}
+			type locker interface {
+				Acquire(ctx context.Context, key string, opts ...lockcore.AcquireOption) (*lockcore.Lease, error)
+				TryAcquire(ctx context.Context, key string, opts ...lockcore.AcquireOption) (*lockcore.Lease, error)
+			}
+			newLock := func(db lockcore.DynamoDB, owner string) locker {
+				var tl locker
+				var err error
+				if strategy == "ticket" {
+					tl, err = lockcore.NewTicketLock(db, e.locks, fast(owner)...)
+				} else {
+					tl, err = lockcore.NewMutex(db, e.locks, fast(owner)...)
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+				return tl
+			}
+			a := newLock(f, "a")
+			if l, err := a.Acquire(actx, "k"); err == nil {
+				_ = l.Release(ctx)
+				t.Fatal("Acquire succeeded with its context cancelled")
+			}
+			_, lateErr := e.db.UpdateItem(ctx, <-f.late) // the delayed first request arrives
+			t.Logf("late ticket request: %v", lateErr)
+			lb, err := newLock(e.db, "b").TryAcquire(ctx, "k")
+			if err != nil {
+				t.Fatalf("TryAcquire after a gave up: %v (a ticket nobody holds)", err)
+			}
+			_ = lb.Release(ctx)
+		})
+	}
+}
