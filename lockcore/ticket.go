@@ -181,8 +181,9 @@ type ticketHold struct {
 	ticket int64
 	life   string
 	wattr  string
-	since  time.Time // when Acquire returned (for the hold-time estimate)
-	gc     []string  // old tombstones seen when the ticket was issued: removed on release
+	lease  time.Duration // the acquisition's lease: the lease of the lock's clients
+	since  time.Time     // when Acquire returned (for the hold-time estimate)
+	gc     []string      // old tombstones seen when the ticket was issued: removed on release
 	// tomb: a request for this ticket failed ambiguously and may still land (a retry
 	// issued it): its entry is left as a tombstone when the ticket ends, not removed, so
 	// that the late copy fails its condition instead of issuing a ticket nobody holds.
@@ -257,7 +258,7 @@ func noWait(p WaitPolicy) bool { return !p.forever && p.max == 0 }
 // take issues a ticket. It returns the row as the issuing update left it and the send
 // time of the first request that may have issued it.
 func (t *TicketLock) take(ctx context.Context, key string, ac *acquireConfig, start time.Time) (_ *ticketHold, _ ticketRow, _ time.Time, retErr error) {
-	h := &ticketHold{t: t, key: key, ns: ac.namespace, life: randomHex(8), wattr: waiterPrefix + compactID()}
+	h := &ticketHold{t: t, key: key, ns: ac.namespace, life: randomHex(8), wattr: waiterPrefix + compactID(), lease: ac.lease}
 	leaseMs := ac.lease.Milliseconds()
 	bo := backoff{base: t.cfg.backoffBase, cap: t.cfg.backoffCap}
 	var first time.Time
@@ -563,7 +564,9 @@ func (t *TicketLock) withdraw(ctx context.Context, h *ticketHold) {
 			expression.LessThan(name(attrServing), value(h.ticket)),
 			expression.Equal(name(attrLife), value(h.life)),
 			expression.AttributeExists(name(h.wattr)))).
-		WithUpdate(endEntry(expression.Set(name(attrExpiresAt), value(t.expiry(t.cfg.clock.Now(), 0))), h.wattr, h.tomb, t.cfg.clock.Now())))
+		// The TTL from the lock's lease (the holder's too), not this client's default: a
+		// shorter one could let TTL remove the row under a live holder.
+		WithUpdate(endEntry(expression.Set(name(attrExpiresAt), value(t.expiry(t.cfg.clock.Now(), h.lease))), h.wattr, h.tomb, t.cfg.clock.Now())))
 	// Keep trying while the detached context lasts (5 s): a waiter cut off from DynamoDB
 	// for longer leaves its ticket behind, and it is skipped after a lease.
 	bo := backoff{base: 50 * time.Millisecond, cap: 500 * time.Millisecond}
@@ -579,7 +582,7 @@ func (t *TicketLock) withdraw(ctx context.Context, h *ticketHold) {
 			}
 			row := parseTicketRow(old, h.wattr)
 			if row.exists && row.life == h.life && row.serving == h.ticket && row.ownEntry {
-				l := &Lease{key: h.key, namespace: h.ns, clock: t.cfg.clock}
+				l := &Lease{key: h.key, namespace: h.ns, clock: t.cfg.clock, duration: h.lease}
 				_ = h.release(ctx, l) // served meanwhile: pass it on
 			}
 			return
@@ -625,8 +628,10 @@ func (t *TicketLock) withdrawUnknown(ctx context.Context, key, ns string, h *tic
 	now := t.cfg.clock.Now()
 	e := expr(expression.NewBuilder().
 		WithCondition(expression.AttributeNotExists(name(h.wattr))).
+		// A row in use keeps its TTL (its lease may not be ours: the request may have
+		// failed on that); a row this creates gets one, so that TTL removes it.
 		WithUpdate(expression.Set(name(h.wattr), value(tombstone(now))).
-			Set(name(attrExpiresAt), value(t.expiry(now, 0)))))
+			Set(name(attrExpiresAt), expression.IfNotExists(name(attrExpiresAt), value(t.expiry(now, h.lease))))))
 	bo := backoff{base: 50 * time.Millisecond, cap: 500 * time.Millisecond}
 	for { // while rctx lasts (5 s), as withdraw
 		_, err := t.db.UpdateItem(rctx, conditionalUpdate(t.table, t.keyOf(key, ns), e, types.ReturnValueNone), noSDKRetry)

@@ -303,3 +303,65 @@ func TestCancelledUncertainTakeLeavesTombstone(t *testing.T) {
 		})
 	}
 }
+
+// unsentTake fails every ticket request (an UpdateItem returning ALL_NEW) as a
+// connection reset without sending it, and runs between after the first.
+type unsentTake struct {
+	lockcore.DynamoDB
+	between func()
+	once    sync.Once
+}
+
+func (f *unsentTake) UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput, o ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error) {
+	if in.ReturnValues == types.ReturnValueAllNew {
+		f.once.Do(f.between)
+		return nil, errReset
+	}
+	return f.DynamoDB.UpdateItem(ctx, in, o...)
+}
+
+// A TicketLock row's TTL (expiresAt) must stay beyond its holder's lease end plus the
+// grace: TTL removing a held row lets the next client start a new life and take the
+// lock while the holder's lease is still valid. A waiter that gave up wrote a TTL from
+// its client's default lease, not the lease the lock's clients use (LeaseDuration), and
+// moved the row's TTL before the holder's lease end.
+func TestTicketWithdrawKeepsTheHoldersTTL(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ctx := ctxT(t, 30*time.Second)
+	const lease = 40 * time.Minute
+	opts := func(owner string) []lockcore.Option {
+		return fast(owner, lockcore.WithRetention(time.Minute)) // default lease 3 s, grace 15 min
+	}
+	a, _ := lockcore.NewTicketLock(e.db, e.locks, opts("a")...)
+	la, err := a.Acquire(ctx, "k", lockcore.LeaseDuration(lease))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = la.Release(ctx) }()
+	rowKey := map[string]types.AttributeValue{"pk": &types.AttributeValueMemberS{Value: "k"}, "sk": &types.AttributeValueMemberS{Value: "lock#ticket"}}
+	check := func(what string) {
+		t.Helper()
+		out, err := e.db.GetItem(ctx, &dynamodb.GetItemInput{TableName: aws.String(e.locks), Key: rowKey, ConsistentRead: aws.Bool(true)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		sec, _ := strconv.ParseInt(out.Item["expiresAt"].(*types.AttributeValueMemberN).Value, 10, 64)
+		ttl := time.Unix(sec, 0)
+		if end := time.Now().Add(la.Remaining()); ttl.Before(end) {
+			t.Errorf("after %s the row's TTL is %s, before the holder's lease end %s", what, ttl.Format(time.TimeOnly), end.Format(time.TimeOnly))
+		}
+	}
+	check("a's acquisition")
+	b, _ := lockcore.NewTicketLock(e.db, e.locks, opts("b")...)
+	if _, err := b.Acquire(ctx, "k", lockcore.LeaseDuration(lease), lockcore.WaitUpTo(50*time.Millisecond)); !errors.Is(err, lockcore.ErrLockHeld) {
+		t.Fatalf("b: %v, want ErrLockHeld", err)
+	}
+	check("b's withdrawn ticket")
+	cctx, cancel := context.WithCancel(ctx)
+	c, _ := lockcore.NewTicketLock(&unsentTake{DynamoDB: e.db, between: cancel}, e.locks, opts("c")...)
+	if _, err := c.Acquire(cctx, "k", lockcore.LeaseDuration(lease)); err == nil {
+		t.Fatal("c: Acquire succeeded")
+	}
+	check("c's tombstone")
+}
