@@ -428,8 +428,13 @@ func GuardedWriteError(err error, guard int, l *Lease) error {
 		return err
 	}
 	cur := holderOf(r.Item)
-	if attrS(r.Item, attrState) == stateFair {
+	switch {
+	case attrS(r.Item, attrState) == stateFair:
 		cur = parseMutexRow(r.Item, "").holder()
+	case strings.HasSuffix(attrS(r.Item, attrSK), ticketSuffix): // a TicketLock's row
+		if row := parseTicketRow(r.Item, ""); row.servedEntry {
+			cur = row.holder()
+		}
 	}
 	return &LeaseError{Op: "guarded write", Key: l.key, LeaseID: l.id, Current: cur, Err: ErrLeaseLost}
 }

@@ -365,3 +365,53 @@ func TestTicketWithdrawKeepsTheHoldersTTL(t *testing.T) {
 	}
 	check("c's tombstone")
 }
+
+// A guarded write of a TicketLock holder whose ticket was skipped (force-released here,
+// as after a pause) fails with ErrLeaseLost; the LeaseError names the current holder
+// ("who holds the lock now, if anyone") as it does for a Mutex: it named nobody.
+func TestTicketGuardedWriteNamesTheCurrentHolder(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ctx := ctxT(t, 30*time.Second)
+	a, _ := lockcore.NewTicketLock(e.db, e.locks, fast("a")...)
+	b, _ := lockcore.NewTicketLock(e.db, e.locks, fast("b")...)
+	la, err := a.Acquire(ctx, "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	guard, err := a.GuardCheck(la)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan *lockcore.Lease, 1)
+	go func() {
+		l, err := b.Acquire(ctx, "k")
+		if err != nil {
+			t.Error(err)
+		}
+		got <- l
+	}()
+	in := inspector(t, e)
+	waitFor(t, 10*time.Second, "waiter", func() bool {
+		i, err := a.Get(ctx, "k")
+		return err == nil && i.Waiting == 1
+	})
+	if _, err := in.ForceRelease(ctx, "k", lockcore.ForceOptions{Strategy: lockcore.StrategyTicket, Actor: "ops", Reason: "paused",
+		LeaseID: "ticket 1", Token: la.Token()}); err != nil {
+		t.Fatal(err)
+	}
+	lb := <-got
+	if lb == nil {
+		t.FailNow()
+	}
+	defer func() { _ = lb.Release(ctx) }()
+	err = guardedPut(ctx, e, guard, la, "a")
+	t.Logf("a's guarded write: %v", err)
+	var le *lockcore.LeaseError
+	if !errors.As(err, &le) || !errors.Is(err, lockcore.ErrLeaseLost) {
+		t.Fatalf("a's guarded write after its ticket was skipped: %v, want a LeaseError matching ErrLeaseLost", err)
+	}
+	if le.Current == nil || le.Current.Token != lb.Token() {
+		t.Fatalf("LeaseError.Current = %+v, want b's lease (token %d)", le.Current, lb.Token())
+	}
+}
