@@ -321,15 +321,17 @@ func (t *TicketLock) take(ctx context.Context, key string, ac *acquireConfig, st
 				// Cannot happen: only this call writes the tombstone, after its last try.
 				return nil, ticketRow{}, time.Time{}, fmt.Errorf("lockcore: ticket lock %q: ticket request withdrawn", key)
 			}
+			// Only withdrawn tickets left to serve: nobody holds or waits (the lease may
+			// change then, and a NoWait take may enter). Skip them and try again.
+			if t.skipGone(ctx, key, ac.namespace, row) {
+				continue
+			}
 			if row.leaseMs != leaseMs && row.serving <= row.next && !noWait(ac.wait) {
 				return nil, ticketRow{}, time.Time{}, &OptionError{Field: "lease", Err: ErrInvalidOption,
 					Reason: fmt.Sprintf("ticket lock %q is in use with a %s lease; this client's is %s (clients of one ticket lock must agree while it is in use)",
 						key, time.Duration(row.leaseMs)*time.Millisecond, ac.lease)}
 			}
-			// NoWait and the lock is busy — unless only withdrawn tickets are left.
-			if t.skipGone(ctx, key, ac.namespace, row) {
-				continue
-			}
+			// NoWait and the lock is busy.
 			return nil, ticketRow{}, time.Time{}, &HeldError{Key: key, Holder: row.holder(), Waited: t.cfg.clock.Now().Sub(start)}
 		case errFatal:
 			return nil, ticketRow{}, time.Time{}, fmt.Errorf("lockcore: ticket lock %q: take ticket: %w", key, err)

@@ -415,3 +415,34 @@ func TestTicketGuardedWriteNamesTheCurrentHolder(t *testing.T) {
 		t.Fatalf("LeaseError.Current = %+v, want b's lease (token %d)", le.Current, lb.Token())
 	}
 }
+
+// A TicketLock's lease may change while nobody holds or waits. A waiter that gave up
+// before the holder released leaves its withdrawn ticket to be served next, with no
+// entry: nobody holds or waits, but a client with another lease was refused with
+// ErrInvalidOption ("in use with a 3s lease") until a client with the old lease came
+// and skipped the withdrawn ticket.
+func TestTicketLeaseChangeAfterWithdrawnWaiter(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ctx := ctxT(t, 30*time.Second)
+	a, _ := lockcore.NewTicketLock(e.db, e.locks, fast("a")...)
+	la, err := a.Acquire(ctx, "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := lockcore.NewTicketLock(e.db, e.locks, fast("b")...)
+	if _, err := b.Acquire(ctx, "k", lockcore.WaitUpTo(50*time.Millisecond)); !errors.Is(err, lockcore.ErrLockHeld) {
+		t.Fatalf("b: %v, want ErrLockHeld", err)
+	}
+	if err := la.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	info, _ := a.Get(ctx, "k")
+	t.Logf("after a's release: %+v", info)
+	c, _ := lockcore.NewTicketLock(e.db, e.locks, fast("c", lockcore.WithLease(5*time.Second))...)
+	lc, err := c.Acquire(ctx, "k", lockcore.WaitUpTo(time.Second))
+	if err != nil {
+		t.Fatalf("c (5 s lease) on a lock nobody holds or waits for: %v", err)
+	}
+	_ = lc.Release(ctx)
+}
