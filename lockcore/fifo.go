@@ -141,6 +141,18 @@ func (q *Queue) Acquire(ctx context.Context, key string, opts ...AcquireOption) 
 		cancel()
 		return nil, err
 	}
+	if l.Remaining() < ac.lease/2 {
+		// Much of the validity went by unrenewed while we waited (heartbeats throttled or
+		// late, a slow engine): refresh it before handing the lease over, as the Mutex and
+		// the TicketLock do, rather than return a lease about to run out. No lease event:
+		// the caller does not have it yet.
+		if err := l.Renew(ctx); err != nil {
+			rctx, cancel := detached(ctx)
+			_ = l.Release(rctx)
+			cancel()
+			return nil, err
+		}
+	}
 	now := q.cfg.clock.Now()
 	l.mu.Lock()
 	l.observer = obs

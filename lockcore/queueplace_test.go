@@ -649,3 +649,70 @@ func TestQueueFirstReadAfterALineDecidesNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// refusedRenewals throttles every UpdateItem while on (a Queue's renewals: its
+// heartbeats), and turns itself off with the first Query whose first row is owner's
+// (the read that finds the waiter served).
+type refusedRenewals struct {
+	lockcore.DynamoDB
+	owner string
+	on    atomic.Bool
+}
+
+func (f *refusedRenewals) Query(ctx context.Context, in *dynamodb.QueryInput, o ...func(*dynamodb.Options)) (*dynamodb.QueryOutput, error) {
+	out, err := f.DynamoDB.Query(ctx, in, o...)
+	if err == nil && len(out.Items) > 0 {
+		if v, ok := out.Items[0]["owner"].(*types.AttributeValueMemberS); ok && v.Value == f.owner {
+			f.on.Store(false)
+		}
+	}
+	return out, err
+}
+
+func (f *refusedRenewals) UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput, o ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error) {
+	if f.on.Load() {
+		return nil, &types.ProvisionedThroughputExceededException{Message: aws.String("test: renewals refused")}
+	}
+	return f.DynamoDB.UpdateItem(ctx, in, o...)
+}
+
+// A Queue lease whose validity mostly went by unrenewed while its holder waited (its
+// heartbeats throttled) is refreshed before Acquire returns it, as the Mutex's and the
+// TicketLock's are: the caller gets about a lease, not what the wait left.
+func TestQueueEntryRefreshesAnAgedLease(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ctx := ctxT(t, 30*time.Second)
+	const lease = 3 * time.Second
+	opts := func(owner string, extra ...lockcore.Option) []lockcore.Option {
+		return fast(owner, append([]lockcore.Option{lockcore.WithMinLease(lease), lockcore.WithLease(lease)}, extra...)...)
+	}
+	a, _ := lockcore.NewQueue(e.db, e.locks, opts("a")...)
+	fb := &refusedRenewals{DynamoDB: e.db, owner: "b"}
+	// b's renewals are refused from its ticket on (its place in line is a write too).
+	b, _ := lockcore.NewQueue(fb, e.locks, opts("b", lockcore.WithAfterTicketHook(func(string, int64) { fb.on.Store(true) }))...)
+	la, err := a.Acquire(ctx, "aged-entry")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan *lockcore.Lease, 1)
+	go func() {
+		lb, err := b.Acquire(ctx, "aged-entry")
+		if err != nil {
+			t.Error(err)
+		}
+		got <- lb
+	}()
+	time.Sleep(lease * 6 / 10) // b's validity, counted from its ticket, is 60 % gone
+	if err := la.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	lb := <-got
+	if lb == nil {
+		return
+	}
+	defer func() { _ = lb.Release(ctx) }()
+	if rem := lb.Remaining(); rem < lease/2 {
+		t.Fatalf("b's lease has %s of validity left at entry, want about %s", rem, lease)
+	}
+}
