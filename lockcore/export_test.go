@@ -11,3 +11,14 @@ func WithAfterTicketHook(f func(key string, ticket int64)) Option {
 func WithBeforeIssueHook(f func(key string, ticket int64)) Option {
 	return func(c *config) error { c.hooks.beforeIssue = f; return nil }
 }
+
+// WithRowBudget makes a Mutex reason about room in its rows as if DynamoDB's item size
+// limit were n bytes (the engine's own limit is unchanged).
+func WithRowBudget(n int) Option {
+	return func(c *config) error { c.hooks.rowBytes = n; return nil }
+}
+
+// WithWaitRoomHook runs f when a Mutex take waits for room in a full row.
+func WithWaitRoomHook(f func(key string)) Option {
+	return func(c *config) error { c.hooks.waitRoom = f; return nil }
+}

@@ -13,6 +13,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/expression"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/aws/smithy-go"
 )
 
 // The Mutex's ticket protocol (see Mutex for the overview and the validity argument).
@@ -389,6 +390,16 @@ func (m *Mutex) take(ctx context.Context, key string, ac *acquireConfig, start t
 			h.ticket, h.life, h.next = row.ownTicket, row.life, row.next
 			h.gc = row.oldTombs(now)
 			h.tomb = uncertain
+			if row.serving != h.ticket && itemBytes(out.Attributes) > m.rowRoom() {
+				// Our ticket took room the holder's writes need: give it back and wait
+				// for the queue to shrink.
+				m.withdraw(ctx, h)
+				h, uncertain, first = m.newHold(key, ac.namespace, compactID()), false, time.Time{}
+				if err := m.waitForRoom(ctx, key, ac, start, entryBytes(h, ac, grow)); err != nil {
+					return nil, mutexRow{}, time.Time{}, err
+				}
+				continue
+			}
 			if free && stale != nil {
 				st.takeover = true // a row of the previous format, taken over
 			}
@@ -477,6 +488,15 @@ func (m *Mutex) take(ctx context.Context, key string, ac *acquireConfig, start t
 			}
 			continue
 		case errFatal:
+			if tooLarge(err) {
+				// The queue's data fills the row: the lock is busy. (An engine may refuse
+				// a write that is too large before it evaluates the condition, so a take
+				// that found the lock free lately may see this too.)
+				if err := m.waitForRoom(ctx, key, ac, start, entryBytes(h, ac, grow)); err != nil {
+					return nil, mutexRow{}, time.Time{}, err
+				}
+				continue
+			}
 			return nil, mutexRow{}, time.Time{}, fmt.Errorf("lockcore: acquire %q: take ticket: %w", key, err)
 		}
 		// Throttled, or ambiguous: the retry carries the same w# entry, so if the first
@@ -492,6 +512,136 @@ func (m *Mutex) take(ctx context.Context, key string, ac *acquireConfig, start t
 				return nil, mutexRow{}, time.Time{}, fmt.Errorf("lockcore: acquire %q: %w", key, serr)
 			}
 			return nil, mutexRow{}, time.Time{}, &HeldError{Key: key, Holder: last, Waited: m.cfg.clock.Now().Sub(start), Cause: serr}
+		}
+	}
+}
+
+// Row size. DynamoDB refuses a write that makes an item larger than 400 KB, and the
+// waiters' data (up to 64 KiB each) can fill a Mutex row. The holder's writes add a few
+// attributes (a heartbeat records hOwner, which a handoff removed; releases and skips
+// record rel, skip, holdMs and the next ticket's hFor/hUntil/hSince; a new life its
+// epoch), so a queued take that leaves less than rowHeadroom withdraws its ticket and
+// waits for room: otherwise the holder's heartbeat fails (a ValidationException) until
+// its lease runs out and waiters skip it, and every later holder fares the same while
+// the queue stays full.
+const (
+	maxRowBytes = 400 << 10
+	rowHeadroom = 2 << 10
+)
+
+// rowRoom is the size a row may reach by a queued take.
+func (m *Mutex) rowRoom() int {
+	if n := m.cfg.hooks.rowBytes; n > 0 {
+		return n - rowHeadroom
+	}
+	return maxRowBytes - rowHeadroom
+}
+
+// entryBytes bounds from above what a queued take of h adds to the row: its w# entry,
+// its data, the fence's growth, and leaseMs where the take raises it.
+func entryBytes(h *mutexHold, ac *acquireConfig, grow bool) int {
+	n := len(h.wattr) + 21 + 1 // the entry, and fence gaining a digit
+	if ac.data != nil {
+		n += len(h.dattr) + len(ac.data)
+	}
+	if grow {
+		n += len(attrLeaseMs) + 21
+	}
+	return n
+}
+
+// itemBytes bounds an item's size as DynamoDB counts it from above (names plus values;
+// a number counted as its decimal text, which is never less than its stored size).
+func itemBytes(it item) int {
+	n := 0
+	for k, v := range it {
+		n += len(k) + valueBytes(v)
+	}
+	return n
+}
+
+func valueBytes(v types.AttributeValue) int {
+	switch v := v.(type) {
+	case *types.AttributeValueMemberS:
+		return len(v.Value)
+	case *types.AttributeValueMemberN:
+		return len(v.Value) + 1
+	case *types.AttributeValueMemberB:
+		return len(v.Value)
+	case *types.AttributeValueMemberL:
+		n := 3
+		for _, e := range v.Value {
+			n += 1 + valueBytes(e)
+		}
+		return n
+	case *types.AttributeValueMemberM:
+		n := 3
+		for k, e := range v.Value {
+			n += 1 + len(k) + valueBytes(e)
+		}
+		return n
+	case *types.AttributeValueMemberSS:
+		n := 0
+		for _, e := range v.Value {
+			n += len(e)
+		}
+		return n
+	case *types.AttributeValueMemberBS:
+		n := 0
+		for _, e := range v.Value {
+			n += len(e)
+		}
+		return n
+	case *types.AttributeValueMemberNS:
+		n := 0
+		for _, e := range v.Value {
+			n += len(e) + 1
+		}
+		return n
+	}
+	return 1
+}
+
+// tooLarge reports whether err is DynamoDB's refusal of a write that would make the item
+// larger than its limit.
+func tooLarge(err error) bool {
+	var api smithy.APIError
+	return errors.As(err, &api) && api.ErrorCode() == "ValidationException" &&
+		strings.Contains(api.ErrorMessage(), "exceeded the maximum allowed size")
+}
+
+// waitForRoom waits, as the wait policy allows, until the lock's row has room for a
+// queued take that adds need bytes, or nobody holds or waits there any more. It reads
+// the row instead of taking tickets to give them back: each such take writes the whole
+// row twice.
+func (m *Mutex) waitForRoom(ctx context.Context, key string, ac *acquireConfig, start time.Time, need int) error {
+	if f := m.cfg.hooks.waitRoom; f != nil {
+		f(key)
+	}
+	bo := backoff{base: m.cfg.backoffBase, cap: m.cfg.backoffCap}
+	var holder *Holder
+	for {
+		it, err := m.read(ctx, key, ac.namespace)
+		switch {
+		case err == nil:
+			row := parseMutexRow(it, "")
+			if !row.busy() || itemBytes(it)+need <= m.rowRoom() {
+				return nil
+			}
+			holder = row.holder()
+		case ctx.Err() == nil && classify(err) == errFatal:
+			return fmt.Errorf("lockcore: acquire %q: %w", key, err)
+		}
+		waited := m.cfg.clock.Now().Sub(start)
+		if noWait(ac.wait) || (!ac.wait.forever && waited >= ac.wait.max) {
+			return &HeldError{Key: key, Holder: holder, Waited: waited, TimedOut: !noWait(ac.wait)}
+		}
+		d := bo.next()
+		if !ac.wait.forever {
+			d = min(d, ac.wait.max-waited)
+		}
+		if err := sleep(ctx, max(d, time.Millisecond)); err != nil {
+			return &HeldError{Key: key, Holder: holder, Waited: m.cfg.clock.Now().Sub(start), Cause: err}
 		}
 	}
 }

@@ -78,7 +78,9 @@ const (
 // of a row life costs two more calls to start a fence epoch. Rows grow by about 13
 // bytes per waiting client (plus its data, if any), as TicketLock's: DynamoDB charges a
 // write one WCU per started KB of the row, and a row with 64 waiters without data stays
-// under 1 KB.
+// under 1 KB. A take that would leave the row less than 2 KiB short of DynamoDB's 400 KB
+// item limit (waiters' data can fill it) gives its ticket back and waits for room, so
+// that the holder's heartbeats and handoffs always fit (see Data).
 //
 // Validity. A ticket served at once counts its lease from the send time of its acquire.
 // A waiter whose ticket comes up counts it from the send time of its last strongly

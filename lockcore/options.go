@@ -118,6 +118,11 @@ type testHooks struct {
 	// beforeIssue runs in the FIFO queue before the transaction that tries to issue
 	// ticket is sent.
 	beforeIssue func(key string, ticket int64)
+	// rowBytes, when set, replaces DynamoDB's item size limit in the Mutex's reasoning
+	// about room in its row (so that tests can fill a row with a few KB).
+	rowBytes int
+	// waitRoom runs when a Mutex take waits for room in a full row.
+	waitRoom func(key string)
 }
 
 // Option configures a Mutex, ItemLocker, Queue or Versioned store. Options are validated
@@ -445,9 +450,12 @@ func Namespace(ns string) AcquireOption {
 //
 // Keep it small. A Mutex keeps each waiter's data in its entry on the lock row until
 // its turn, so the row grows by the data of every waiter: every write to the row is
-// charged by the row's size (1 WCU per KB), and DynamoDB refuses items past 400 KB —
-// six waiters with 64 KiB each would make the next take fail with a ValidationException.
-// An id or two (the shop stores its batch's order ids) is what it is for.
+// charged by the row's size (1 WCU per KB), and DynamoDB refuses items past 400 KB. A
+// waiter whose data would leave the row less than 2 KiB short of that limit (room the
+// holder's heartbeats and handoffs need) does not queue: it waits for room, reading the
+// full row, and loses its place in line to waiters that arrive meanwhile — about six
+// waiters with 64 KiB each fill a row. An id or two (the shop stores its batch's order
+// ids) is what it is for.
 func Data(b []byte) AcquireOption {
 	return acquireFunc(func(a *acquireConfig) error {
 		if len(b) > 64<<10 {

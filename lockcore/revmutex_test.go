@@ -2,7 +2,10 @@ package lockcore_test
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -103,6 +106,178 @@ func TestMutexRenewKeepsLaterRecordedLeaseEnd(t *testing.T) {
 	if err := lb.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// Waiters' data can fill the row up to DynamoDB's 400 KB item limit. A holder that came
+// in by a handoff has no hOwner recorded (the handoff removes it), so its heartbeat,
+// which writes hOwner, no longer fits: it fails (ValidationException) until the lease
+// runs out and waiters skip it, and every following holder fares the same while the
+// queue stays full. Waiters must not use the room the holder's writes need: a take that
+// leaves less gives its ticket back and waits for room. The test lowers the row size the
+// Mutex reasons with to 8 KiB (the engine's limit stays), so the steps are exact and
+// the rows small: the third waiter's 2000 bytes leave less than 2 KiB of the 8 KiB.
+func TestMutexWaitersLeaveTheHolderRoomInTheRow(t *testing.T) {
+	e := newEnv(t)
+	ctx := ctxT(t, 30*time.Second)
+	budget := lockcore.WithRowBudget(8 << 10)
+	hb := lockcore.WithHeartbeat(0)
+	a, _ := lockcore.NewMutex(e.db, e.locks, fast("a", budget, hb)...)
+	la, err := a.Acquire(ctx, "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	type result struct {
+		l   *lockcore.Lease
+		err error
+	}
+	queued := make(chan string, 3)
+	waitRoom := make(chan string, 3)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	start := func(owner string) chan result {
+		m, _ := lockcore.NewMutex(e.db, e.locks, fast(owner, budget, hb,
+			lockcore.WithAfterTicketHook(func(string, int64) { notify(queued, owner) }),
+			lockcore.WithWaitRoomHook(func(string) { notify(waitRoom, owner) }))...)
+		got := make(chan result, 1)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			l, err := m.Acquire(wctx, "k", lockcore.Data(make([]byte, 2000)))
+			got <- result{l, err}
+		}()
+		return got
+	}
+	next := func() (string, bool) {
+		select {
+		case o := <-queued:
+			return o, true
+		case o := <-waitRoom:
+			return o, false
+		case <-ctx.Done():
+			t.Fatal("no waiter took a ticket or waited for room")
+		}
+		return "", false
+	}
+	rb, rc := start("b"), (chan result)(nil)
+	if o, ok := next(); !ok {
+		t.Fatalf("%s waits for room in a row with one waiter", o)
+	}
+	rc = start("c")
+	if o, ok := next(); !ok {
+		t.Fatalf("%s waits for room in a row with two waiters", o)
+	}
+	rd := start("d")
+	if _, ok := next(); ok {
+		row := rawMutexRow(t, e, "k")
+		t.Fatalf("d queued with 2000 bytes of data: the row is now %d bytes of a row budget of 8192, "+
+			"less than 2 KiB left for the holder's writes", itemSize(row))
+	}
+	if n := countPrefix(rawMutexRow(t, e, "k"), "d#"); n != 2 {
+		t.Fatalf("d waits for room but the row holds %d data entries, want b's and c's", n)
+	}
+	// The lock goes on in order; d gets in once b's data has left the row.
+	if err := la.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, w := range []struct {
+		name string
+		ch   chan result
+	}{{"b", rb}, {"c", rc}, {"d", rd}} {
+		r := <-w.ch
+		if r.err != nil {
+			t.Fatalf("%s: %v", w.name, r.err)
+		}
+		if err := r.l.Renew(ctx); err != nil {
+			t.Fatalf("%s's heartbeat: %v", w.name, err)
+		}
+		if err := r.l.Release(ctx); err != nil {
+			t.Fatalf("%s's release: %v", w.name, err)
+		}
+	}
+}
+
+// A take the engine refuses because the row would pass 400 KB (the waiters' data fills
+// it) means the lock is busy, not a fatal error: NoWait reports it held, a waiting
+// acquisition waits for room. The holder and five waiters hold 64 KiB of data each; a
+// sixth 64 KiB does not fit in the engine's 400 KB.
+func TestMutexFullRowTakeReportsHeld(t *testing.T) {
+	e := newEnv(t)
+	ctx := ctxT(t, 60*time.Second)
+	big := lockcore.Data(make([]byte, 64<<10))
+	slow := lockcore.WithLease(30 * time.Second) // the waiters read the 400 KB row rarely
+	hb := lockcore.WithHeartbeat(0)
+	a, _ := lockcore.NewMutex(e.db, e.locks, fast("a", slow, hb)...)
+	la, err := a.Acquire(ctx, "k", big)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wctx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer cancel()
+	queued := make(chan struct{}, 1)
+	for i := range 5 {
+		m, _ := lockcore.NewMutex(e.db, e.locks, fast(fmt.Sprintf("w%d", i), slow, hb,
+			lockcore.WithAfterTicketHook(func(string, int64) { notify(queued, struct{}{}) }))...)
+		failed := make(chan error, 1)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			l, err := m.Acquire(wctx, "k", big)
+			if err != nil {
+				failed <- err
+				return
+			}
+			_ = l.Release(context.Background())
+		}()
+		select {
+		case <-queued:
+		case err := <-failed:
+			t.Fatalf("waiter %d: %v", i, err)
+		}
+	}
+	m, _ := lockcore.NewMutex(e.db, e.locks, fast("late", slow, hb)...)
+	_, err = m.Acquire(ctx, "k", big, lockcore.NoWait())
+	if !errors.Is(err, lockcore.ErrLockHeld) {
+		t.Fatalf("NoWait take of a busy lock whose row is full: %v, want ErrLockHeld", err)
+	}
+	_, err = m.Acquire(ctx, "k", big, lockcore.Wait(lockcore.WaitUpTo(50*time.Millisecond)))
+	if !errors.Is(err, lockcore.ErrLockHeld) || !errors.Is(err, lockcore.ErrWaitTimeout) {
+		t.Fatalf("waiting take of a busy lock whose row is full: %v, want ErrLockHeld and ErrWaitTimeout", err)
+	}
+	cancel()
+	_ = la.Release(ctx)
+}
+
+// rawMutexRow reads the Mutex row of key (namespace "lock") as stored.
+func rawMutexRow(t *testing.T, e *env, key string) map[string]types.AttributeValue {
+	t.Helper()
+	out, err := e.db.GetItem(context.Background(), &dynamodb.GetItemInput{TableName: &e.locks, ConsistentRead: aws.Bool(true),
+		Key: map[string]types.AttributeValue{"pk": &types.AttributeValueMemberS{Value: key}, "sk": &types.AttributeValueMemberS{Value: "lock"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out.Item
+}
+
+// notify sends v on ch unless its buffer is full.
+func notify[T any](ch chan T, v T) {
+	select {
+	case ch <- v:
+	default:
+	}
+}
+
+func countPrefix(it map[string]types.AttributeValue, prefix string) int {
+	n := 0
+	for k := range it {
+		if strings.HasPrefix(k, prefix) {
+			n++
+		}
+	}
+	return n
 }
 
 // A release whose response is lost although it landed, while the lock passes through the
