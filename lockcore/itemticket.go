@@ -182,8 +182,10 @@ type itemHold struct {
 
 	skippedStalled bool
 
-	// attached: a handle of ItemLocker.Attach; grant is the lease (ms) the item granted
-	// the holder when the handle first renewed, which its renewals never shorten.
+	// attached: a handle of ItemLocker.Attach. grant: the longest lease (ms) the item
+	// granted the holder by another handle of this lease (read by an attached handle
+	// before its first renewal, or learnt from a renewal refused for shortening it),
+	// which this handle's renewals never shorten.
 	attached bool
 	grant    int64
 
@@ -342,17 +344,24 @@ func (h *itemHold) renew(ctx context.Context, l *Lease) error {
 		}
 		h.grant = il.state(it, "").leaseMs
 	}
+	flips := 0
 	for {
 		now := il.cfg.clock.Now()
 		d := l.duration // what waiters grant from this renewal on (our validity: l.duration)
-		if g := time.Duration(h.grant) * time.Millisecond; h.attached && g > d {
+		if g := time.Duration(h.grant) * time.Millisecond; g > d {
 			d = g
 		}
 		u := h.claim(expression.Set(name(a.LockTime), value(now.UnixMilli())), l).
 			Set(name(a.Until), value(now.Add(d).UnixMilli())).
 			Set(name(a.LeaseMs), value(d.Milliseconds())).
 			Add(name(a.Rev), value(1))
-		e := expr(expression.NewBuilder().WithCondition(h.owns(l)).WithUpdate(initAttrs(u, h.init)))
+		// Nor does any handle shorten a lease that another handle of this lease (lockedBy
+		// = its id) granted: an attached handle whose client uses a longer lease counts
+		// that lease from its renewal, and waiters would take over after ours.
+		shorter := expression.And(
+			expression.Equal(name(a.LockedBy), value(l.id)),
+			expression.GreaterThan(name(a.LeaseMs), value(d.Milliseconds())))
+		e := expr(expression.NewBuilder().WithCondition(expression.And(h.owns(l), expression.Not(shorter))).WithUpdate(initAttrs(u, h.init)))
 		out, err := il.db.UpdateItem(ctx, conditionalUpdate(il.table, h.key, e, types.ReturnValueAllNew), noSDKRetry)
 		if err == nil {
 			h.entry = false
@@ -367,6 +376,11 @@ func (h *itemHold) renew(ctx context.Context, l *Lease) error {
 			old, ok := conditionOld(err)
 			if !ok {
 				old, _ = il.read(ctx, h.key)
+			}
+			if st := il.state(old, h.wid); st.lockedBy == l.id && st.owner == l.owner && st.leaseMs > d.Milliseconds() && flips < 4 {
+				flips++
+				h.grant = st.leaseMs // granted by another handle: keep it
+				continue
 			}
 			return il.classifyOld("renew", l, old)
 		case errFatal:

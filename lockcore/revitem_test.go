@@ -266,6 +266,43 @@ func TestItemAttachedShorterLeaseDoesNotShortenTheHolders(t *testing.T) {
 	}
 }
 
+// The converse of TestItemAttachedShorterLeaseDoesNotShortenTheHolders: an attached
+// handle whose client uses a longer lease (20 s) renews, and counts 20 s from then; the
+// acquiring handle's next renewal wrote its own 3 s back into the item, so waiters took
+// over 3 s after it while the attached handle still reported most of its 20 s left.
+func TestItemAttachedLongerLeaseNotCutShortByTheAcquiringHandle(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ctx := ctxT(t, 40*time.Second)
+	key := dataKey("attlong")
+	hb := lockcore.WithHeartbeat(0)
+	a, _ := lockcore.NewItemLocker(e.db, e.data, fast("a", hb)...) // 3 s leases
+	la, err := a.Acquire(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := lockcore.NewItemLocker(e.db, e.data, fast("a", hb, lockcore.WithLease(20*time.Second))...)
+	lb, err := b.Attach(key, la.ID())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := lb.Renew(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := la.Renew(ctx); err != nil { // the acquiring handle's heartbeat
+		t.Fatal(err)
+	}
+	c, _ := lockcore.NewItemLocker(e.db, e.data, fast("c")...)
+	lc, err := c.Acquire(ctx, key, lockcore.WaitUpTo(5*time.Second))
+	if err == nil {
+		defer func() { _ = lc.Release(ctx) }()
+		if rem := lb.Remaining(); rem > 0 {
+			t.Fatalf("c holds the item while the attached handle reports %v left", rem)
+		}
+	}
+	_ = lb.Release(ctx)
+}
+
 // waitersOf reads the item's queue map.
 func waitersOf(t *testing.T, e *env, key map[string]types.AttributeValue) map[string]types.AttributeValue {
 	t.Helper()
