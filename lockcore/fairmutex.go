@@ -423,8 +423,11 @@ func (m *Mutex) take(ctx context.Context, key string, ac *acquireConfig, start t
 				h.tomb = true
 				return h, row, first, nil
 			case tomb && uncertain:
-				// Cannot happen: only this call writes the tombstone, after its last try.
-				return nil, mutexRow{}, time.Time{}, fmt.Errorf("lockcore: acquire %q: ticket request withdrawn", key)
+				// An earlier, ambiguous attempt of ours landed, and its ticket was served
+				// and skipped before we learnt of it (a skip leaves a tombstone): every
+				// copy of it now fails, so take a ticket under a new id.
+				h, uncertain, first = m.newHold(key, ac.namespace, compactID()), false, time.Time{}
+				continue
 			case row.ownEntry || tomb:
 				// Another acquisition's entry under our random id: draw another.
 				h = m.newHold(key, ac.namespace, compactID())
@@ -692,7 +695,7 @@ func (m *Mutex) skipGone(ctx context.Context, h *mutexHold, row mutexRow, obs *o
 }
 
 // skip moves serving past the served ticket, conditioned on the row being as observed,
-// removing the ticket's entries, and passes the lock on as a release does.
+// ending the ticket's entries (a tombstone), and passes the lock on as a release does.
 func (m *Mutex) skip(ctx context.Context, h *mutexHold, row mutexRow) bool {
 	now := m.cfg.clock.Now()
 	cond := expression.And(
@@ -710,7 +713,12 @@ func (m *Mutex) skip(ctx context.Context, h *mutexHold, row mutexRow) bool {
 		Add(name(attrRev), value(1)).
 		Remove(name(attrHOwner))
 	if id := row.entryID(row.serving); id != "" {
-		upd = upd.Remove(name(waiterPrefix + id)).Remove(name(detailPrefix + id))
+		// A tombstone, not a removal: the skipped ticket's take may have failed
+		// ambiguously, and a late copy of it would otherwise issue a new ticket under
+		// the same entry id, which the skipped lease's renewals, releases and guards
+		// (serving = its entry) would then take for their own. Old tombstones are
+		// removed by later releases.
+		upd = upd.Set(name(waiterPrefix+id), value(tombstone(now))).Remove(name(detailPrefix + id))
 	}
 	if row.next > row.serving {
 		upd = upd.Set(name(attrHFor), value(row.serving+1)).

@@ -376,7 +376,7 @@ func (in *Inspector) forceFairMutex(cur item, rowKey item, target *string, rec *
 		Set(name(attrSkip), value(row.serving)).
 		Set(name(attrExpiresAt), value(ttl)).
 		Add(name(attrRev), value(1)).
-		Remove(name(waiterPrefix + id)).
+		Set(name(waiterPrefix+id), value(tombstone(now))). // as a skip leaves it (see Mutex.skip)
 		Remove(name(detailPrefix + id)).
 		Remove(name(attrHOwner)).
 		Remove(name(attrHFor)).

@@ -251,6 +251,57 @@ func TestMutexFullRowTakeReportsHeld(t *testing.T) {
 	_ = la.Release(ctx)
 }
 
+// isFreeTake matches a Mutex take of a free lock (the only write that removes the
+// previous format's attributes, among them prevLease, and returns the row).
+func isFreeTake(in *dynamodb.UpdateItemInput) bool {
+	for _, n := range in.ExpressionAttributeNames {
+		if n == "prevLease" {
+			return in.ReturnValues == "ALL_NEW"
+		}
+	}
+	return false
+}
+
+// A's take is retried after an ambiguous error (its first request held back) and the
+// retry lands. A then pauses past its lease and b skips it: the skip removed a's entry,
+// so the first request, landing late on the free lock, issued a new ticket under a's
+// entry id. Served at once, it made serving = a's entry again: a's guarded write landed
+// after b's (a's token is lower) and a's renewal revived its lost lease. (Without a
+// guard, the ticket nobody holds keeps the lock for a lease.)
+func TestMutexSkipLeavesTombstoneForLateTake(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ctx := ctxT(t, 30*time.Second)
+	lw := &lateWrite{DynamoDB: e.db, match: isFreeTake, armed: true}
+	a, _ := lockcore.NewMutex(lw, e.locks, fast("a", lockcore.WithHeartbeat(0))...)
+	b, _ := lockcore.NewMutex(e.db, e.locks, fast("b")...)
+	la, err := a.Acquire(ctx, "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if lw.held == nil {
+		t.Fatal("no take held back")
+	}
+	lb, err := b.Acquire(ctx, "k") // skips a, paused, after its lease
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := guardedPut(ctx, e, guardOf(b.GuardCheck(lb)), lb, "b"); err != nil {
+		t.Fatal(err)
+	}
+	if err := lb.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := lw.release(ctx); err == nil {
+		t.Error("the late copy of a's take issued a ticket under a's entry id")
+	}
+	err = guardedPut(ctx, e, guardOf(a.GuardCheck(la)), la, "a")
+	if !errors.Is(err, lockcore.ErrLeaseLost) {
+		t.Fatalf("a's guarded write after b's (tokens a %d < b %d): %v, want ErrLeaseLost", la.Token(), lb.Token(), err)
+	}
+	mustNot(t, la.Renew(ctx), lockcore.ErrLeaseLost)
+}
+
 // rawMutexRow reads the Mutex row of key (namespace "lock") as stored.
 func rawMutexRow(t *testing.T, e *env, key string) map[string]types.AttributeValue {
 	t.Helper()
