@@ -311,6 +311,9 @@ func (il *ItemLocker) Acquire(ctx context.Context, key map[string]types.Attribut
 			}
 			return nil, err
 		}
+		if tr.claimed && h.tombWID != "" {
+			il.entomb(ctx, h)
+		}
 		wr := waitResult{st: tr.st, claimed: true, start: tr.sent, lease: ac.lease}
 		if !tr.claimed {
 			st.contended = true

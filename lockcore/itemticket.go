@@ -954,6 +954,26 @@ func (il *ItemLocker) withdraw(ctx context.Context, h *itemHold, leaseID string)
 	}
 }
 
+// entomb writes the tombstone of a claim take that landed after an ambiguous attempt
+// (h.tombWID) at once, not only with our release: a holder that is skipped never
+// releases, and a late copy of the take, landing once the item is free again, would lock
+// it under our lease id, whose renewals and writes would then pass their conditions
+// after later holders wrote. Best effort while the detached context lasts (5 s).
+func (il *ItemLocker) entomb(ctx context.Context, h *itemHold) {
+	rctx, cancel := detached(ctx)
+	defer cancel()
+	e := expr(expression.NewBuilder().
+		WithCondition(expression.AttributeExists(name(il.attrs.Waiters))).
+		WithUpdate(expression.Set(il.waiterPath(h.tombWID), value(tombstone(il.cfg.clock.Now())))))
+	bo := backoff{base: 50 * time.Millisecond, cap: 500 * time.Millisecond}
+	for {
+		_, err := il.db.UpdateItem(rctx, conditionalUpdate(il.table, h.key, e, types.ReturnValueNone), noSDKRetry)
+		if err == nil || classify(err) == errCondition || classify(err) == errFatal || sleep(rctx, bo.next()) != nil {
+			return
+		}
+	}
+}
+
 // withdrawUnknown withdraws a take whose outcome is unknown: a claim take that may have
 // landed is released if it did; a queue take gets a tombstone if it has not landed (so
 // that it never will), and is withdrawn if it has.

@@ -303,6 +303,54 @@ func TestItemAttachedLongerLeaseNotCutShortByTheAcquiringHandle(t *testing.T) {
 	_ = lb.Release(ctx)
 }
 
+// isItemClaim matches an ItemLocker take of a free item (the claim form: it writes the
+// fence, the holder attributes and the queue map, and returns the item).
+func isItemClaim(in *dynamodb.UpdateItemInput) bool {
+	has := map[string]bool{}
+	for _, n := range in.ExpressionAttributeNames {
+		has[n] = true
+	}
+	return in.ReturnValues == "ALL_NEW" && has["lockFence"] && has["lockedBy"] && has["lockLeaseMs"] && has["lockWaiters"]
+}
+
+// A's take of a free item is retried after an ambiguous error (its first request held
+// back) and the retry lands. A then pauses past its lease, b skips it, writes and
+// releases. The tombstone that makes the first request fail was written only with a's
+// release, which a skipped holder never sends: landing late on the free item, the first
+// request locked it under a's lease id again, and a's Update then overwrote b's write.
+func TestItemLateClaimAfterSkipDoesNotRelock(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ctx := ctxT(t, 30*time.Second)
+	key := dataKey("lateclaim")
+	lw := &lateWrite{DynamoDB: e.db, match: isItemClaim, armed: true}
+	a, _ := lockcore.NewItemLocker(lw, e.data, fast("a", lockcore.WithHeartbeat(0))...)
+	b, _ := lockcore.NewItemLocker(e.db, e.data, fast("b")...)
+	la, err := a.Acquire(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if lw.held == nil {
+		t.Fatal("no take held back")
+	}
+	lb, err := b.Acquire(ctx, key) // skips a, paused, after its lease
+	if err != nil {
+		t.Fatal(err)
+	}
+	set := func(v string) expression.UpdateBuilder {
+		return expression.Set(expression.Name("v"), expression.Value(v))
+	}
+	if _, err := lb.UpdateAndRelease(ctx, set("b"), expression.ConditionBuilder{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := lw.release(ctx); err == nil {
+		t.Error("the late copy of a's take locked the item again")
+	}
+	if _, err := la.Update(ctx, set("a"), expression.ConditionBuilder{}); !errors.Is(err, lockcore.ErrLeaseLost) {
+		t.Fatalf("a's update after b's write: %v, want ErrLeaseLost", err)
+	}
+}
+
 // waitersOf reads the item's queue map.
 func waitersOf(t *testing.T, e *env, key map[string]types.AttributeValue) map[string]types.AttributeValue {
 	t.Helper()
