@@ -71,7 +71,9 @@ const (
 //	           served ticket without an entry (withdrawn); after leaseMs (at least the
 //	           served ticket's lease) of unchanged (serving, rev) on the waiter's clock
 //	           (ObserveTakeover); or once hUntil + skew lies behind the waiter's wall clock,
-//	           hFor naming the served ticket (WallClockTakeover).
+//	           hFor naming the served ticket (WallClockTakeover). The skipped ticket's
+//	           entry becomes a tombstone, so that a late copy of its take cannot issue
+//	           a ticket under the same id (which the skipped lease would take for its own).
 //
 // An uncontended critical section costs two calls (acquire, release) plus heartbeats; a
 // contended one two writes plus a few reads, however many wait. The first acquisition

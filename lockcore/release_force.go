@@ -142,8 +142,8 @@ func (o *ForceOptions) validate(key string) error {
 // and retried, in the same life of the row only (a lease's token has no epoch until
 // its holder wrote the row life's epoch).
 //
-//   - Mutex: the served ticket is skipped (serving + 1, its entries removed, the next
-//     ticket's lease end left unrecorded), as a waiter skips a holder that stopped
+//   - Mutex: the served ticket is skipped (serving + 1, its entries ended: a tombstone
+//     under its entry id, the next ticket's lease end left unrecorded), as a waiter skips a holder that stopped
 //     heartbeating; the next ticket enters with a higher token. The old holder's renew,
 //     Release and GuardCheck fail with ErrLeaseLost. (A row of the previous release:
 //     state released, the lease id replaced by a marker, prevLease naming the ended
@@ -347,7 +347,8 @@ func (in *Inspector) forceTicket(cur item, rowKey item, target *string, rec *For
 
 // forceFairMutex ends the served ticket of a Mutex row in the ticket format: it skips
 // it as a waiter does after a holder stopped heartbeating (serving + 1, its entries
-// removed, the next ticket's hand-off recorded without a wall-clock lease end).
+// ended with a tombstone, the next ticket's hand-off recorded without a wall-clock lease
+// end).
 func (in *Inspector) forceFairMutex(cur item, rowKey item, target *string, rec *ForceRecord, now time.Time) (types.Update, error) {
 	row := parseMutexRow(cur, "")
 	if !row.busy() || !row.servedEntry {
