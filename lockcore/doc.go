@@ -39,8 +39,10 @@
 // # Safety
 //
 // Every acquisition has a unique lease id (owner name + random); releases, renewals and
-// guarded writes are conditioned on it and on the owner name, so no client can release,
-// renew or overwrite another owner's lease (ErrNotOwner). A holder that loses its lease
+// guarded writes are conditioned on it (ItemLocker and Queue also on the owner name the
+// item or row records; a Mutex client refuses, before any write, a lease id that names
+// another owner), so no client can release, renew or overwrite another owner's lease
+// (ErrNotOwner). A holder that loses its lease
 // learns it from its heartbeat (Lease.Done, Lease.Err) and from every guarded write
 // (ErrLeaseLost). Every acquisition also carries a fencing token (Lease.Token). For
 // Mutex, TicketLock and Queue it strictly increases per key (and namespace) for the
@@ -71,13 +73,14 @@
 // # Waiting
 //
 // Acquire waits as its WaitPolicy says: NoWait, WaitUpTo(d) or WaitForever (the
-// default, bounded by the context). The ticket strategies (Mutex, TicketLock, Queue)
-// time their reads by queue position and the queue's measured pace; ItemLocker and
-// Mutex waiting on a row of the previous release back off exponentially with full
-// jitter, capped (WithBackoff). All wake exactly when a takeover becomes possible. A
-// context deadline always wins. A waiter whose queue stands still reads less and less
-// often, but at least ten times a lease; MinPollInterval(d) puts a floor under the reads
-// of one acquisition, for callers to whom a late turn costs less than the reads.
+// default, bounded by the context). Waiters of every lock (Mutex, TicketLock, Queue,
+// ItemLocker) time their reads by queue position and the queue's measured pace; a Mutex
+// waiting on a row of the previous release, and retries after refused or failed calls,
+// back off exponentially with full jitter, capped (WithBackoff). All wake exactly when a
+// takeover becomes possible. A context deadline always wins. A waiter whose queue
+// stands still reads less and less often, but at least ten times a lease;
+// MinPollInterval(d) puts a floor under the reads of one acquisition, for callers to
+// whom a late turn costs less than the reads.
 //
 // # Tables
 //

@@ -135,7 +135,7 @@ func ExampleQueue() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	lease, err := q.Acquire(ctx, "hot-sku", lockcore.WaitUpTo(5e9))
+	lease, err := q.Acquire(ctx, "hot-sku", lockcore.WaitUpTo(5*time.Second))
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -123,7 +123,8 @@ type LockHolder struct {
 	Lease      time.Duration `json:"leaseNanos,omitempty"` // lease duration
 }
 
-// Waiter is one client waiting for a TicketLock or Queue, in the order it will enter.
+// Waiter is one client waiting for a Mutex, TicketLock or Queue (Show) or an ItemLocker's
+// item (ShowItem), in the order it will enter.
 type Waiter struct {
 	Position  int       `json:"position"` // 1: next to enter
 	Ticket    int64     `json:"ticket"`

@@ -125,7 +125,7 @@ type testHooks struct {
 	waitRoom func(key string)
 }
 
-// Option configures a Mutex, ItemLocker, Queue or Versioned store. Options are validated
+// Option configures a Mutex, TicketLock, Queue, ItemLocker or Versioned store. Options are validated
 // by the constructor, which returns an *OptionError naming the field.
 type Option func(*config) error
 
@@ -224,8 +224,12 @@ func WithRetention(d time.Duration) Option {
 	}
 }
 
-// WithBackoff sets the retry backoff of waiters: capped exponential with full jitter,
-// starting at base and never above max (defaults 20ms and 1s).
+// WithBackoff sets the retry backoff: capped exponential with full jitter, starting at
+// base and never above max (defaults 20ms and 1s). It paces retries after refused or
+// failed writes and reads, and a Mutex waiting on a row of the previous release; waiters
+// in a queue otherwise read when their position and the queue's pace say their turn is
+// near. The cap is also the least time the wait policy gives transient failures (see
+// WaitPolicy).
 func WithBackoff(base, max time.Duration) Option {
 	return func(c *config) error {
 		if base <= 0 {
@@ -334,7 +338,7 @@ func newConfig(opts []Option) (*config, error) {
 // Valid forms:
 //
 //	NoWait()        fail at once with ErrLockHeld
-//	WaitUpTo(d)     wait at most d (d > 0), then fail with ErrWaitTimeout
+//	WaitUpTo(d)     wait at most d, then fail with ErrWaitTimeout (d >= 0; WaitUpTo(0) is NoWait)
 //	WaitForever()   wait until the context ends
 //
 // A context deadline always wins over the policy. The policy also bounds retries of
@@ -386,6 +390,8 @@ func (p WaitPolicy) String() string {
 //	Namespace(ns)                          an independent lock on the same key
 //	Data(b)                                bytes stored with the lease (Mutex only)
 //	LeaseDuration(d)                       this acquisition's lease instead of the client's
+//	MinPollInterval(d)                     a floor under a waiter's reads
+//	SetIfAbsent(attrs)                     attributes created with the item (ItemLocker only)
 //
 // A strategy refuses an option it cannot honour with an *OptionError.
 type AcquireOption interface {
