@@ -141,12 +141,21 @@ func (q *Queue) Acquire(ctx context.Context, key string, opts ...AcquireOption) 
 		cancel()
 		return nil, err
 	}
-	if l.Remaining() < ac.lease/2 {
+	if rem := l.Remaining(); rem < ac.lease/2 {
 		// Much of the validity went by unrenewed while we waited (heartbeats throttled or
 		// late, a slow engine): refresh it before handing the lease over, as the Mutex and
 		// the TicketLock do, rather than return a lease about to run out. No lease event:
-		// the caller does not have it yet.
-		if err := l.Renew(ctx); err != nil {
+		// the caller does not have it yet. Like a heartbeat's, the renewal has the
+		// validity left to land: after that the heartbeat (still running) reports the
+		// lease lost, and a renewal landing later must not hand over a lost lease.
+		rctx, cancel := context.WithTimeout(ctx, rem)
+		err := l.Renew(rctx)
+		cancel()
+		if (err == nil && l.Remaining() <= 0) || (err != nil && rctx.Err() != nil && ctx.Err() == nil) {
+			// The validity ran out first: lost, as the heartbeat reports it.
+			err = &LeaseError{Op: "acquire", Key: key, LeaseID: leaseID, Err: ErrLeaseLost}
+		}
+		if err != nil {
 			rctx, cancel := detached(ctx)
 			_ = l.Release(rctx)
 			cancel()
