@@ -597,6 +597,13 @@ func (q *Queue) waitTurn(ctx context.Context, l *Lease, ac *acquireConfig, ticke
 			}
 		}
 		if !p.forever && waited >= budget {
+			if err == nil && !consistent {
+				// An eventually consistent view (the first read after a line, or one of a
+				// waiter far back) may be old: the line it shows may be gone. The time
+				// ran out on what a consistent read shows, at once, not on it.
+				consistent = true
+				continue
+			}
 			return &HeldError{Key: l.key, Holder: head, Waited: waited, TimedOut: p.max > 0}
 		}
 		pos := int64(1) // after a failed read: as if next

@@ -1,8 +1,16 @@
 package lockcore_test
 
 import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/turnstile-locks/turnstile/lockcore"
 )
@@ -60,5 +68,98 @@ func TestQueueEntryRenewalEndsWithTheValidity(t *testing.T) {
 	case <-r.l.Done():
 		t.Fatalf("Acquire returned a lease already lost (%v; %s of validity left)", r.l.Err(), r.l.Remaining())
 	default:
+	}
+}
+
+// oldQueueView answers eventually consistent Queries, once armed, with view: the first
+// rows of a line that has since been served and gone (a replica that has not caught up).
+type oldQueueView struct {
+	lockcore.DynamoDB
+	armed  atomic.Bool
+	view   *dynamodb.QueryOutput
+	served atomic.Int32
+}
+
+func (f *oldQueueView) Query(ctx context.Context, in *dynamodb.QueryInput, o ...func(*dynamodb.Options)) (*dynamodb.QueryOutput, error) {
+	if !f.armed.Load() || aws.ToBool(in.ConsistentRead) {
+		return f.DynamoDB.Query(ctx, in, o...)
+	}
+	f.served.Add(1)
+	c := *f.view
+	return &c, nil
+}
+
+// A client whose last wait on a Queue found a line reads its place eventually
+// consistently at first (4e28c9d), and a waiter that view shows far back goes on reading
+// so. Such reads may be old; they decided that the wait policy's time ran out: on a free
+// lock, WaitUpTo(1s) reported ErrWaitTimeout, held by a holder long gone, where a
+// strongly consistent read (the first read before 4e28c9d) showed the waiter's turn.
+func TestQueueTimeoutIsDecidedOnAConsistentView(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ctx := ctxT(t, 30*time.Second)
+	const key = "old-view"
+	h, _ := lockcore.NewQueue(e.db, e.locks, fast("h")...)
+	f := &oldQueueView{DynamoDB: e.db}
+	w, _ := lockcore.NewQueue(f, e.locks, fast("w")...)
+	lh, err := h.Acquire(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A line: w and three more behind h (w's wait finds others ahead).
+	var wg sync.WaitGroup
+	errs := make(chan error, 4)
+	for i := range 4 {
+		q := w
+		if i > 0 {
+			q, _ = lockcore.NewQueue(e.db, e.locks, fast(fmt.Sprintf("x%d", i))...)
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			l, err := q.Acquire(ctx, key, lockcore.WaitUpTo(10*time.Second))
+			if err == nil {
+				err = l.Release(ctx)
+			}
+			errs <- err
+		}()
+		time.Sleep(100 * time.Millisecond) // in this order
+	}
+	// The first rows of that line, as a lagging replica goes on showing them.
+	view, err := e.db.Query(ctx, &dynamodb.QueryInput{
+		TableName:              aws.String(e.locks),
+		KeyConditionExpression: aws.String("pk = :pk AND begins_with(sk, :t)"),
+		ExpressionAttributeValues: map[string]types.AttributeValue{
+			":pk": &types.AttributeValueMemberS{Value: key}, ":t": &types.AttributeValueMemberS{Value: "queue#t#"},
+		},
+		Limit:          aws.Int32(4),
+		ConsistentRead: aws.Bool(true),
+	})
+	if err != nil || len(view.Items) != 4 || len(view.LastEvaluatedKey) == 0 {
+		t.Fatalf("setup: the line's first rows: %v (%d rows)", err, len(view.Items))
+	}
+	f.view = view
+	if err := lh.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	// The lock is free.
+	f.armed.Store(true)
+	l, err := w.Acquire(ctx, key, lockcore.WaitUpTo(time.Second))
+	if f.served.Load() == 0 {
+		t.Error("setup: w never read eventually consistently")
+	}
+	if err != nil {
+		t.Fatalf("free lock, old eventually consistent view: %v", err)
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
 	}
 }
