@@ -772,7 +772,20 @@ func (q *Queue) renew(ctx context.Context, l *Lease) error {
 		}
 		switch classify(err) {
 		case errCondition:
-			old, _ := conditionOld(err)
+			old, ok := conditionOld(err)
+			if !ok {
+				// The row is gone, or the engine returns no old item: a failed condition
+				// may still be ours with a later recorded end, so read it.
+				cur, rerr := readItem(ctx, q.db, q.table, q.rowKey(l))
+				if rerr != nil {
+					if classify(rerr) == errFatal {
+						return fmt.Errorf("lockcore: renew %q: condition failed and re-read failed: %w", l.key, rerr)
+					}
+					err = rerr
+					break // try again
+				}
+				old = cur
+			}
 			if r, ok := attrN(old, attrUntil); ok && !keepUntil && r > until &&
 				attrS(old, attrLeaseID) == l.id && attrS(old, attrOwner) == l.owner {
 				keepUntil = true // still ours, with a later recorded end: keep it

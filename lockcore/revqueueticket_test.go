@@ -2,6 +2,7 @@ package lockcore_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -161,5 +162,59 @@ func TestQueueTimeoutIsDecidedOnAConsistentView(t *testing.T) {
 	}
 	if err := l.Release(ctx); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// noOldItems answers failed conditional UpdateItems without the old item, as an engine
+// that does not return ReturnValuesOnConditionCheckFailure items does (the design's
+// fallback: a consistent read).
+type noOldItems struct {
+	lockcore.DynamoDB
+}
+
+func (f noOldItems) UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput, o ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error) {
+	out, err := f.DynamoDB.UpdateItem(ctx, in, o...)
+	var ccf *types.ConditionalCheckFailedException
+	if errors.As(err, &ccf) {
+		return nil, &types.ConditionalCheckFailedException{Message: ccf.Message}
+	}
+	return out, err
+}
+
+// Since 8a15cd1 a Queue renewal is conditioned on the recorded lease end too, so a failed
+// condition no longer means the row is not ours: where the row records a later end (a
+// clock stepped back, or a later renewal that landed first) the renewal keeps it. It
+// told the two apart by the old item only: on an engine that returns none it reported
+// a lease it still held lost (and left its row for the next waiter to wait out).
+func TestQueueRenewKeepsLaterLeaseEndWithoutOldItems(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ctx := ctxT(t, 30*time.Second)
+	clk := &steppable{}
+	clk.d.Store(int64(time.Second))
+	a, _ := lockcore.NewQueue(noOldItems{e.db}, e.locks, fast("a", lockcore.WithClock(clk))...)
+	la, err := a.Acquire(ctx, "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer la.Release(ctx)
+	clk.d.Store(0) // stepped back by a second
+	if err := la.Renew(ctx); err != nil {
+		t.Fatalf("renew after the clock stepped back, without old items: %v", err)
+	}
+	// A renewal of a lease whose row is gone still reports it lost.
+	lb, err := a.Acquire(ctx, "k2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.db.DeleteItem(ctx, &dynamodb.DeleteItemInput{TableName: aws.String(e.locks),
+		Key: map[string]types.AttributeValue{
+			"pk": &types.AttributeValueMemberS{Value: "k2"},
+			"sk": &types.AttributeValueMemberS{Value: lb.Namespace()},
+		}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := lb.Renew(ctx); !errors.Is(err, lockcore.ErrLeaseLost) {
+		t.Fatalf("renew of a deleted row: %v, want ErrLeaseLost", err)
 	}
 }
