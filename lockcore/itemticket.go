@@ -974,31 +974,44 @@ func (il *ItemLocker) entomb(ctx context.Context, h *itemHold) {
 	}
 }
 
-// withdrawUnknown withdraws a take whose outcome is unknown: a claim take that may have
-// landed is released if it did; a queue take gets a tombstone if it has not landed (so
-// that it never will), and is withdrawn if it has.
+// withdrawUnknown withdraws a take whose outcome is unknown: a take that has landed is
+// released (a claim) or withdrawn (a queue take), and either way its waiter id is left
+// as a tombstone, so that another copy of the take still on its way fails its condition
+// instead of locking the item for a lease nobody holds (a claim, too, is conditioned on
+// its waiter id being absent from the Waiters map).
 func (il *ItemLocker) withdrawUnknown(ctx context.Context, h *itemHold, leaseID string, queue bool) {
 	rctx, cancel := detached(ctx)
 	defer cancel()
 	a := il.attrs
 	l := &Lease{key: h.label, id: leaseID, owner: il.cfg.owner, clock: il.cfg.clock, duration: il.cfg.lease}
+	release := func(st itemState) { // our claim landed: release it, leaving the tombstone
+		hc := &itemHold{il: il, key: h.key, label: h.label, ticket: st.ticket, next: st.next, tombWID: h.wid}
+		_ = hc.release(rctx, l)
+	}
 	if it, err := il.read(rctx, h.key); err == nil {
-		st := il.state(it, h.wid)
-		if st.lockedBy == leaseID {
-			hc := &itemHold{il: il, key: h.key, label: h.label, ticket: st.ticket, next: st.next}
-			_ = hc.release(rctx, l)
+		if st := il.state(it, h.wid); st.lockedBy == leaseID {
+			release(st)
 			return
 		}
 	}
-	if !queue || h.wid == "" {
+	if h.wid == "" {
 		return
 	}
 	now := il.cfg.clock.Now()
+	notOurs := expression.Or(expression.AttributeNotExists(name(a.LockedBy)), expression.NotEqual(name(a.LockedBy), value(leaseID)))
 	e := expr(expression.NewBuilder().
-		WithCondition(expression.And(expression.AttributeExists(name(a.Waiters)), expression.AttributeNotExists(il.waiterPath(h.wid)))).
+		WithCondition(expression.And(expression.AttributeExists(name(a.Waiters)), expression.AttributeNotExists(il.waiterPath(h.wid)), notOurs)).
 		WithUpdate(expression.Set(il.waiterPath(h.wid), value(tombstone(now)))))
+	// An item never locked has no Waiters map yet: a claim may still land there. The
+	// tombstone then comes with a new map, on an existing item nobody holds (an item that
+	// does not exist is not created for it).
+	fresh := expr(expression.NewBuilder().
+		WithCondition(expression.And(expression.AttributeExists(name(anyKeyName(h.key))),
+			expression.AttributeNotExists(name(a.Waiters)), expression.AttributeNotExists(name(a.LockedBy)))).
+		WithUpdate(expression.Set(name(a.Waiters), value(&types.AttributeValueMemberM{Value: map[string]types.AttributeValue{
+			h.wid: &types.AttributeValueMemberS{Value: tombstone(now)}}}))))
 	bo := backoff{base: 50 * time.Millisecond, cap: 500 * time.Millisecond}
-	for {
+	for { // while rctx lasts (5 s), as withdraw
 		_, err := il.db.UpdateItem(rctx, conditionalUpdate(il.table, h.key, e, types.ReturnValueNone), noSDKRetry)
 		switch {
 		case err == nil:
@@ -1011,11 +1024,19 @@ func (il *ItemLocker) withdrawUnknown(ctx context.Context, h *itemHold, leaseID 
 				}
 			}
 			st := il.state(old, h.wid)
-			if st.ownEntry {
+			switch {
+			case st.lockedBy == leaseID: // our claim landed meanwhile
+				release(st)
+				return
+			case st.ownEntry:
 				h.ticket, h.entry = st.ownTicket, true
 				il.withdraw(ctx, h, leaseID)
+				return
+			case !queue && st.exists && !st.hasQueue:
+				e = fresh
+				continue
 			}
-			return // or our tombstone from an earlier attempt, or no queue at all
+			return // our tombstone from an earlier attempt, or a queue take on no queue
 		case classify(err) == errFatal:
 			return
 		}
