@@ -327,6 +327,15 @@ func (il *ItemLocker) Acquire(ctx context.Context, key map[string]types.Attribut
 			}
 		}
 		h.next = wr.st.next
+		if tr.claimed {
+			// Old tombstones go with our release, as a queued holder's take arranges:
+			// an item only ever claimed would otherwise keep every tombstone it got.
+			for _, w := range tr.st.oldTombs(il.cfg.clock.Now()) {
+				if w != h.tombWID {
+					h.gc = append(h.gc, w)
+				}
+			}
+		}
 		for _, w := range wr.st.staleEntries(maxTombGC) {
 			if w != h.wid && w != h.tombWID {
 				h.gc = append(h.gc, w) // removed with our release

@@ -3,12 +3,15 @@ package lockcore_test
 import (
 	"context"
 	"errors"
+	"maps"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/turnstile-locks/turnstile/lockcore"
 )
@@ -108,5 +111,35 @@ func TestItemCancelledUncertainClaimLeavesTombstone(t *testing.T) {
 			}
 			_ = lb.Release(ctx)
 		})
+	}
+}
+
+// Tombstones of ambiguous takes are left in the item's Waiters map (a claim's too, with
+// its release, at once after the take, or when its waiter gives up) and removed, once
+// old, by the release of a later holder — but only of one that queued: a holder that
+// claimed the free item removed none, so an item locked without contention kept every
+// tombstone it ever got, growing (and costing more WCU per write) without bound.
+func TestItemClaimReleaseRemovesOldTombstones(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ctx := ctxT(t, 30*time.Second)
+	key := dataKey("claim-gc")
+	old := "x" + strconv.FormatInt(time.Now().Add(-time.Hour).UnixMilli(), 10) // as a tombstone an hour old
+	item := map[string]types.AttributeValue{"lockWaiters": &types.AttributeValueMemberM{Value: map[string]types.AttributeValue{
+		"oldtomb": &types.AttributeValueMemberS{Value: old}}}}
+	maps.Copy(item, key)
+	if _, err := e.db.PutItem(ctx, &dynamodb.PutItemInput{TableName: &e.data, Item: item}); err != nil {
+		t.Fatal(err)
+	}
+	a, _ := lockcore.NewItemLocker(e.db, e.data, fast("a")...)
+	la, err := a.Acquire(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := la.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if w := waitersOf(t, e, key); w["oldtomb"] != nil {
+		t.Fatalf("a tombstone an hour old is still on the item after a claim and its release: %v", w)
 	}
 }
