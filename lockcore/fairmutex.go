@@ -310,6 +310,13 @@ func (m *Mutex) take(ctx context.Context, key string, ac *acquireConfig, start t
 	flips := 0
 	leaseMs := ac.lease.Milliseconds()
 	grow := false // the row's leaseMs is shorter than ours (or absent): raise it
+	// giveBack withdraws a queued ticket that took room the holder's writes need, and
+	// waits for the queue to shrink before the next take (under a new id).
+	giveBack := func() error {
+		m.withdraw(ctx, h)
+		h, uncertain, first = m.newHold(key, ac.namespace, compactID()), false, time.Time{}
+		return m.waitForRoom(ctx, key, ac, start, entryBytes(h, ac, grow))
+	}
 	for {
 		now := m.cfg.clock.Now()
 		var stale *Holder
@@ -391,11 +398,7 @@ func (m *Mutex) take(ctx context.Context, key string, ac *acquireConfig, start t
 			h.gc = row.oldTombs(now)
 			h.tomb = uncertain
 			if row.serving != h.ticket && itemBytes(out.Attributes) > m.rowRoom() {
-				// Our ticket took room the holder's writes need: give it back and wait
-				// for the queue to shrink.
-				m.withdraw(ctx, h)
-				h, uncertain, first = m.newHold(key, ac.namespace, compactID()), false, time.Time{}
-				if err := m.waitForRoom(ctx, key, ac, start, entryBytes(h, ac, grow)); err != nil {
+				if err := giveBack(); err != nil {
 					return nil, mutexRow{}, time.Time{}, err
 				}
 				continue
@@ -421,6 +424,13 @@ func (m *Mutex) take(ctx context.Context, key string, ac *acquireConfig, start t
 				h.ticket, h.life, h.next = row.ownTicket, row.life, row.next
 				h.gc = row.oldTombs(now)
 				h.tomb = true
+				if row.serving != h.ticket && itemBytes(old) > m.rowRoom() {
+					// As for a take whose answer we got (old is the row it left).
+					if err := giveBack(); err != nil {
+						return nil, mutexRow{}, time.Time{}, err
+					}
+					continue
+				}
 				return h, row, first, nil
 			case tomb && uncertain:
 				// An earlier, ambiguous attempt of ours landed, and its ticket was served

@@ -475,3 +475,69 @@ func TestMutexFailedReleaseReportedAtValidityEnd(t *testing.T) {
 	f.on.Store(false)
 	_ = la.Release(ctx)
 }
+
+// A queued take that leaves the holder less than 2 KiB of its row gives its ticket back
+// and waits for room (TestMutexWaitersLeaveTheHolderRoomInTheRow) — but only when the
+// take's own response says so. A take whose request landed with its response lost was
+// retried, the retry found the ticket issued and kept it whatever room it left, so the
+// holder's heartbeat could again find its row full. Same steps as that test, with d's
+// take landing ambiguously.
+func TestMutexAmbiguousTakeLeavesTheHolderRoomInTheRow(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ctx := ctxT(t, 30*time.Second)
+	budget := lockcore.WithRowBudget(8 << 10)
+	hb := lockcore.WithHeartbeat(0)
+	data := lockcore.Data(make([]byte, 2000))
+	a, _ := lockcore.NewMutex(e.db, e.locks, fast("a", budget, hb)...)
+	la, err := a.Acquire(ctx, "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	wctx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer cancel()
+	queued, waitRoom := make(chan string, 4), make(chan string, 4)
+	start := func(owner string, db lockcore.DynamoDB) {
+		m, _ := lockcore.NewMutex(db, e.locks, fast(owner, budget, hb,
+			lockcore.WithAfterTicketHook(func(string, int64) { notify(queued, owner) }),
+			lockcore.WithWaitRoomHook(func(string) { notify(waitRoom, owner) }))...)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if l, err := m.Acquire(wctx, "k", data); err == nil {
+				_ = l.Release(context.Background())
+			}
+		}()
+	}
+	next := func() (string, bool) {
+		select {
+		case o := <-queued:
+			return o, true
+		case o := <-waitRoom:
+			return o, false
+		case <-ctx.Done():
+			t.Fatal("no waiter took a ticket or waited for room")
+		}
+		return "", false
+	}
+	for _, o := range []string{"b", "c"} {
+		start(o, e.db)
+		if w, ok := next(); !ok {
+			t.Fatalf("%s waits for room in a row with room", w)
+		}
+	}
+	ticketTake := func(in *dynamodb.UpdateItemInput) bool { return in.ReturnValues == types.ReturnValueAllNew }
+	start("d", &faulty{DynamoDB: e.db, landAndLose: ticketTake})
+	if _, ok := next(); ok {
+		row := rawMutexRow(t, e, "k")
+		t.Fatalf("d queued by a take that landed ambiguously: the row is now %d bytes of a row budget of 8192, "+
+			"less than 2 KiB left for the holder's writes", itemSize(row))
+	}
+	if n := countPrefix(rawMutexRow(t, e, "k"), "d#"); n != 2 {
+		t.Fatalf("d waits for room but the row holds %d data entries, want b's and c's", n)
+	}
+	cancel()
+	_ = la.Release(ctx)
+}
