@@ -635,12 +635,18 @@ func (m *Mutex) waitForRoom(ctx context.Context, key string, ac *acquireConfig, 
 	var holder *Holder
 	for {
 		it, err := m.read(ctx, key, ac.namespace)
+		idle := false
 		switch {
 		case err == nil:
 			row := parseMutexRow(it, "")
-			if !row.busy() || itemBytes(it)+need <= m.rowRoom() {
+			if itemBytes(it)+need <= m.rowRoom() {
 				return nil
 			}
+			// An idle row without room (dead weight: tombstones of skips, say) is tried
+			// again by a free take — after a pause and within the wait policy, or a take
+			// the engine refuses as too large would come straight back here, in a loop
+			// of reads and writes without a pause until the context ends.
+			idle = !row.busy()
 			holder = row.holder()
 		case ctx.Err() == nil && classify(err) == errFatal:
 			return fmt.Errorf("lockcore: acquire %q: %w", key, err)
@@ -655,6 +661,9 @@ func (m *Mutex) waitForRoom(ctx context.Context, key string, ac *acquireConfig, 
 		}
 		if err := sleep(ctx, max(d, time.Millisecond)); err != nil {
 			return &HeldError{Key: key, Holder: holder, Waited: m.cfg.clock.Now().Sub(start), Cause: err}
+		}
+		if idle {
+			return nil
 		}
 	}
 }

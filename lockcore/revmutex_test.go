@@ -541,3 +541,67 @@ func TestMutexAmbiguousTakeLeavesTheHolderRoomInTheRow(t *testing.T) {
 	cancel()
 	_ = la.Release(ctx)
 }
+
+// A Mutex row left idle but without room (dead weight — tombstones of many skips, say —
+// here one big attribute) makes the engine refuse a free take as too large. The take
+// must keep to its wait policy with pauses between attempts, not loop reads and writes
+// until its context ends: NoWait reports the lock held, WaitUpTo times out.
+func TestMutexIdleFullRowTakeKeepsToThePolicy(t *testing.T) {
+	e := newEnv(t)
+	ctx := ctxT(t, 60*time.Second)
+	m, _ := lockcore.NewMutex(e.db, e.locks, fast("a")...)
+	l, err := m.Acquire(ctx, "idle-full")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// Fill the idle row to within a few bytes of DynamoDB's 400 KB.
+	key := map[string]types.AttributeValue{"pk": &types.AttributeValueMemberS{Value: "idle-full"}, "sk": &types.AttributeValueMemberS{Value: "lock"}}
+	filled := false
+	for n := 400 << 10; n > (400<<10)-4096 && !filled; n -= 8 {
+		_, err := e.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{TableName: aws.String(e.locks), Key: key,
+			UpdateExpression:          aws.String("SET junk = :j"),
+			ExpressionAttributeValues: map[string]types.AttributeValue{":j": &types.AttributeValueMemberS{Value: strings.Repeat("x", n)}}})
+		filled = err == nil
+	}
+	if !filled {
+		t.Fatal("setup: could not fill the row")
+	}
+	var reads, writes atomic.Int32
+	c := &countCalls{DynamoDB: e.db, reads: &reads, writes: &writes}
+	b, _ := lockcore.NewMutex(c, e.locks, fast("b")...)
+	tctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if _, err := b.Acquire(tctx, "idle-full", lockcore.NoWait()); !errors.Is(err, lockcore.ErrLockHeld) {
+		t.Fatalf("NoWait take of an idle full row: %v, want ErrLockHeld", err)
+	}
+	reads.Store(0)
+	writes.Store(0)
+	_, err = b.Acquire(tctx, "idle-full", lockcore.WaitUpTo(500*time.Millisecond))
+	var held *lockcore.HeldError
+	if !errors.As(err, &held) || !held.TimedOut {
+		t.Fatalf("WaitUpTo(500ms) take of an idle full row: %v, want a timed-out HeldError", err)
+	}
+	// Paced by the backoff (20 ms, doubling): a handful of attempts in half a second.
+	if r, w := reads.Load(), writes.Load(); r+w > 40 {
+		t.Fatalf("%d reads and %d writes in a 500 ms wait: a loop without pauses", r, w)
+	}
+}
+
+// countCalls counts GetItem and UpdateItem calls.
+type countCalls struct {
+	lockcore.DynamoDB
+	reads, writes *atomic.Int32
+}
+
+func (c *countCalls) GetItem(ctx context.Context, in *dynamodb.GetItemInput, o ...func(*dynamodb.Options)) (*dynamodb.GetItemOutput, error) {
+	c.reads.Add(1)
+	return c.DynamoDB.GetItem(ctx, in, o...)
+}
+
+func (c *countCalls) UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput, o ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error) {
+	c.writes.Add(1)
+	return c.DynamoDB.UpdateItem(ctx, in, o...)
+}
