@@ -405,6 +405,7 @@ func (t *TicketLock) wait(ctx context.Context, h *ticketHold, row ticketRow, sen
 	obs := seen{serving: row.serving, rev: row.rev, at: t.cfg.clock.Now()}
 	bo := backoff{base: t.cfg.backoffBase, cap: t.cfg.backoffCap}
 	rowConsistent := true // row came from a strongly consistent read (or the take)
+	confirm := false      // the wait's time ran out on an eventually consistent view
 	// In only by our ticket served in the life it was issued in: an eventually
 	// consistent read may return the row of an earlier life (before TTL removed it) with
 	// our number served, and its fence epoch would make our token lower than the last
@@ -442,6 +443,13 @@ func (t *TicketLock) wait(ctx context.Context, h *ticketHold, row ticketRow, sen
 			waited := now.Sub(start)
 			p := ac.wait
 			if !p.forever && waited >= p.max {
+				if !rowConsistent && !confirm {
+					// An eventually consistent view may be old: the line it shows may
+					// have moved on to our ticket. The time ran out on what a consistent
+					// read shows, at once, not on it.
+					confirm = true
+					break
+				}
 				return nil, t.giveUp(ctx, h, row, start, nil)
 			}
 			d := pc.delay(now, h.ticket-row.serving, rtt, t.pacing.turn(pk, rtt, pc.pace))
@@ -463,7 +471,7 @@ func (t *TicketLock) wait(ctx context.Context, h *ticketHold, row ticketRow, sen
 		// (each is conditioned on the row as observed), but it may be old, so it never
 		// moves lastBefore, the start of our lease's validity.
 		send := t.cfg.clock.Now()
-		consistent := h.ticket-row.serving <= 1 || gone
+		consistent := h.ticket-row.serving <= 1 || gone || confirm
 		var it item
 		var err error
 		if consistent {
