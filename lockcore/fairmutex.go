@@ -769,6 +769,7 @@ func (m *Mutex) wait(ctx context.Context, h *mutexHold, row mutexRow, sent time.
 	row.seeServed(&obs, m.cfg.clock.Now())
 	bo := backoff{base: m.cfg.backoffBase, cap: m.cfg.backoffCap}
 	rowConsistent := true // row came from a strongly consistent read (or the take)
+	confirm := false      // the wait's time ran out on an eventually consistent view
 	// In only by our ticket served in the life it was issued in: an eventually
 	// consistent read may return the row of an earlier life (before TTL removed it) with
 	// our number served, and its fence epoch would make our token lower than the last
@@ -797,6 +798,13 @@ func (m *Mutex) wait(ctx context.Context, h *mutexHold, row mutexRow, sent time.
 			waited := now.Sub(start)
 			p := ac.wait
 			if !p.forever && waited >= p.max {
+				if !rowConsistent && !confirm {
+					// An eventually consistent view may be old: the line it shows may
+					// have moved on to our ticket. The time ran out on what a consistent
+					// read shows, at once, not on it.
+					confirm = true
+					break
+				}
 				return nil, m.giveUp(ctx, h, row, start, nil)
 			}
 			pos, turn := h.ticket-row.serving, m.pacing.turnShared(pk, rtt, pc.pace, row.sharedHold())
@@ -825,7 +833,7 @@ func (m *Mutex) wait(ctx context.Context, h *mutexHold, row mutexRow, sent time.
 		// (each is conditioned on the row as observed), but it may be old, so it never
 		// moves lastBefore.
 		send := m.cfg.clock.Now()
-		consistent := h.ticket-row.serving <= 1 || gone
+		consistent := h.ticket-row.serving <= 1 || gone || confirm
 		var it item
 		var err error
 		if consistent {

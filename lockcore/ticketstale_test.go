@@ -218,74 +218,95 @@ func (f *frozenTicketView) GetItem(ctx context.Context, in *dynamodb.GetItemInpu
 	return &dynamodb.GetItemOutput{Item: f.view}, nil
 }
 
-// A TicketLock waiter far back reads eventually consistently. Such a view may be old:
-// the line it shows may have moved on to the waiter's own ticket. The wait policy's time
-// must run out on a consistent view: before, WaitUpTo ended with ErrWaitTimeout (and the
-// ticket, served meanwhile, released) on a lock the waiter's turn had come to.
+// A TicketLock or Mutex waiter far back reads eventually consistently. Such a view may
+// be old: the line it shows may have moved on to the waiter's own ticket. The wait
+// policy's time must run out on a consistent view: before, WaitUpTo ended with
+// ErrWaitTimeout (and the ticket, served meanwhile, released) on a lock the waiter's turn
+// had come to.
 func TestTicketTimeoutIsDecidedOnAConsistentView(t *testing.T) {
-	t.Parallel()
-	e := newEnv(t)
-	ctx := ctxT(t, 30*time.Second)
-	const key = "old-ticket-view"
+	type acquirer interface {
+		Acquire(ctx context.Context, key string, opts ...lockcore.AcquireOption) (*lockcore.Lease, error)
+	}
 	slow := lockcore.WithLease(10 * time.Second) // no takeover within the test
-	h := newTicket(t, e.db, e.locks, "h", slow)
-	lh, err := h.Acquire(ctx, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	// Two waiters behind h, then w: far back, so it reads eventually consistently.
-	var ahead []chan *lockcore.Lease
-	for i := range 2 {
-		x := newTicket(t, e.db, e.locks, fmt.Sprintf("x%d", i), slow)
-		got := make(chan *lockcore.Lease, 1)
-		go func() {
-			l, err := x.Acquire(ctx, key)
+	for _, tc := range []struct {
+		name, sk string
+		open     func(db lockcore.DynamoDB, table, owner string) acquirer
+	}{
+		{"ticket", "lock#ticket", func(db lockcore.DynamoDB, table, owner string) acquirer {
+			return newTicket(t, db, table, owner, slow)
+		}},
+		{"mutex", "lock", func(db lockcore.DynamoDB, table, owner string) acquirer {
+			m, err := lockcore.NewMutex(db, table, fast(owner, slow)...)
 			if err != nil {
-				t.Error(err)
+				t.Fatal(err)
 			}
-			got <- l
-		}()
-		ahead = append(ahead, got)
-		time.Sleep(100 * time.Millisecond) // in this order
+			return m
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t)
+			ctx := ctxT(t, 30*time.Second)
+			const key = "old-ticket-view"
+			lh, err := tc.open(e.db, e.locks, "h").Acquire(ctx, key)
+			if err != nil {
+				t.Fatal(err)
+			}
+			// Two waiters behind h, then w: far back, so it reads eventually consistently.
+			var ahead []chan *lockcore.Lease
+			for i := range 2 {
+				x := tc.open(e.db, e.locks, fmt.Sprintf("x%d", i))
+				got := make(chan *lockcore.Lease, 1)
+				go func() {
+					l, err := x.Acquire(ctx, key)
+					if err != nil {
+						t.Error(err)
+					}
+					got <- l
+				}()
+				ahead = append(ahead, got)
+				time.Sleep(100 * time.Millisecond) // in this order
+			}
+			f := &frozenTicketView{DynamoDB: e.db}
+			w := tc.open(f, e.locks, "w")
+			type res struct {
+				l   *lockcore.Lease
+				err error
+			}
+			done := make(chan res, 1)
+			go func() {
+				l, err := w.Acquire(ctx, key, lockcore.WaitUpTo(1500*time.Millisecond))
+				done <- res{l, err}
+			}()
+			time.Sleep(200 * time.Millisecond)
+			out, err := e.db.GetItem(ctx, &dynamodb.GetItemInput{TableName: aws.String(e.locks), ConsistentRead: aws.Bool(true),
+				Key: map[string]types.AttributeValue{"pk": &types.AttributeValueMemberS{Value: key}, "sk": &types.AttributeValueMemberS{Value: tc.sk}}})
+			if err != nil || out.Item == nil {
+				t.Fatalf("setup: the row: %v", err)
+			}
+			f.view = out.Item
+			f.armed.Store(true)
+			// The line ahead of w moves on; w's replica does not show it.
+			if err := lh.Release(ctx); err != nil {
+				t.Fatal(err)
+			}
+			for _, got := range ahead {
+				l := <-got
+				if l == nil {
+					return
+				}
+				if err := l.Release(ctx); err != nil {
+					t.Fatal(err)
+				}
+			}
+			r := <-done
+			if f.served.Load() == 0 {
+				t.Error("setup: w never read eventually consistently")
+			}
+			if r.err != nil {
+				t.Fatalf("w's turn came, but its wait ended with %v", r.err)
+			}
+			_ = r.l.Release(ctx)
+		})
 	}
-	f := &frozenTicketView{DynamoDB: e.db}
-	w := newTicket(t, f, e.locks, "w", slow)
-	type res struct {
-		l   *lockcore.Lease
-		err error
-	}
-	done := make(chan res, 1)
-	go func() {
-		l, err := w.Acquire(ctx, key, lockcore.WaitUpTo(1500*time.Millisecond))
-		done <- res{l, err}
-	}()
-	time.Sleep(200 * time.Millisecond)
-	out, err := e.db.GetItem(ctx, &dynamodb.GetItemInput{TableName: aws.String(e.locks), ConsistentRead: aws.Bool(true),
-		Key: map[string]types.AttributeValue{"pk": &types.AttributeValueMemberS{Value: key}, "sk": &types.AttributeValueMemberS{Value: "lock#ticket"}}})
-	if err != nil || out.Item == nil {
-		t.Fatalf("setup: the row: %v", err)
-	}
-	f.view = out.Item
-	f.armed.Store(true)
-	// The line ahead of w moves on; w's replica does not show it.
-	if err := lh.Release(ctx); err != nil {
-		t.Fatal(err)
-	}
-	for _, got := range ahead {
-		l := <-got
-		if l == nil {
-			return
-		}
-		if err := l.Release(ctx); err != nil {
-			t.Fatal(err)
-		}
-	}
-	r := <-done
-	if f.served.Load() == 0 {
-		t.Error("setup: w never read eventually consistently")
-	}
-	if r.err != nil {
-		t.Fatalf("w's turn came, but its wait ended with %v", r.err)
-	}
-	_ = r.l.Release(ctx)
 }
