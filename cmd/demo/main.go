@@ -5,8 +5,8 @@
 // through naive read-then-write code, and reports both (see package internal/demo).
 //
 // It starts (and afterwards stops) DynamoDB Local unless DYNAMODB_ENDPOINT names a
-// running engine; with -scale, one for each concurrency. It exits 0 when every invariant holds, 1 when one fails (naming it),
-// 2 on bad flags.
+// running engine; with -scale, one for each concurrency. It exits 0 when every invariant
+// holds, 1 when one fails (naming it), 2 on bad flags.
 //
 // Usage:
 //
