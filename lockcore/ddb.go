@@ -43,6 +43,10 @@ const (
 )
 
 func classify(err error) errKind {
+	var ns *notSentError
+	if errors.As(err, &ns) {
+		return errRetryable // the context had ended before the request was sent
+	}
 	var ccf *types.ConditionalCheckFailedException
 	if errors.As(err, &ccf) {
 		return errCondition

@@ -315,7 +315,7 @@ func (m *Mutex) take(ctx context.Context, key string, ac *acquireConfig, start t
 	giveBack := func() error {
 		m.withdraw(ctx, h)
 		h, uncertain, first = m.newHold(key, ac.namespace, compactID()), false, time.Time{}
-		return m.waitForRoom(ctx, key, ac, start, entryBytes(h, ac, grow))
+		return m.waitForRoom(ctx, key, ac, start, entryBytes(h, ac, grow), &bo)
 	}
 	for {
 		now := m.cfg.clock.Now()
@@ -505,7 +505,7 @@ func (m *Mutex) take(ctx context.Context, key string, ac *acquireConfig, start t
 				// The queue's data fills the row: the lock is busy. (An engine may refuse
 				// a write that is too large before it evaluates the condition, so a take
 				// that found the lock free lately may see this too.)
-				if err := m.waitForRoom(ctx, key, ac, start, entryBytes(h, ac, grow)); err != nil {
+				if err := m.waitForRoom(ctx, key, ac, start, entryBytes(h, ac, grow), &bo); err != nil {
 					return nil, mutexRow{}, time.Time{}, err
 				}
 				continue
@@ -626,12 +626,13 @@ func tooLarge(err error) bool {
 // waitForRoom waits, as the wait policy allows, until the lock's row has room for a
 // queued take that adds need bytes, or nobody holds or waits there any more. It reads
 // the row instead of taking tickets to give them back: each such take writes the whole
-// row twice.
-func (m *Mutex) waitForRoom(ctx context.Context, key string, ac *acquireConfig, start time.Time, need int) error {
+// row twice. bo is the take's backoff: its pauses keep growing across the take's
+// returns here (a fresh backoff per call would pause only its first, shortest step
+// between a refused take and the next).
+func (m *Mutex) waitForRoom(ctx context.Context, key string, ac *acquireConfig, start time.Time, need int, bo *backoff) error {
 	if f := m.cfg.hooks.waitRoom; f != nil {
 		f(key)
 	}
-	bo := backoff{base: m.cfg.backoffBase, cap: m.cfg.backoffCap}
 	var holder *Holder
 	for {
 		it, err := m.read(ctx, key, ac.namespace)

@@ -69,7 +69,7 @@ func NewQueue(db DynamoDB, table string, opts ...Option) (*Queue, error) {
 	if cfg.heartbeat <= 0 {
 		return nil, invalidOption("heartbeat", "a Queue needs heartbeats to keep waiting rows alive; got %s", cfg.heartbeat)
 	}
-	return &Queue{db: db, table: table, cfg: cfg}, nil
+	return &Queue{db: guarded(db), table: table, cfg: cfg}, nil
 }
 
 const (
@@ -102,6 +102,9 @@ func (q *Queue) Acquire(ctx context.Context, key string, opts ...AcquireOption) 
 		return nil, err
 	}
 	if err := ac.refuse("a Queue", false, true); err != nil {
+		return nil, err
+	}
+	if err := notStarted(ctx, "queue", key); err != nil {
 		return nil, err
 	}
 	t0 := q.cfg.clock.Now()

@@ -195,7 +195,7 @@ func NewItemLocker(db DynamoDB, table string, opts ...Option) (*ItemLocker, erro
 	if err != nil {
 		return nil, err
 	}
-	il := &ItemLocker{db: db, table: table, cfg: cfg, attrs: DefaultItemAttributes, requireItem: cfg.item.require}
+	il := &ItemLocker{db: guarded(db), table: table, cfg: cfg, attrs: DefaultItemAttributes, requireItem: cfg.item.require}
 	if cfg.item.attrs != nil {
 		il.attrs = *cfg.item.attrs
 	}
@@ -290,6 +290,9 @@ func (il *ItemLocker) Acquire(ctx context.Context, key map[string]types.Attribut
 		}
 	}
 	label := keyLabel(key)
+	if err := notStarted(ctx, "item lock", label); err != nil {
+		return nil, err
+	}
 	t0 := il.cfg.clock.Now()
 	var st acqStats
 	defer func() {

@@ -76,6 +76,9 @@ func (m *Mutex) AcquireAll(ctx context.Context, keys []string, opts ...AcquireOp
 			return nil, fmt.Errorf("keys[%d]: %w", i, err)
 		}
 	}
+	if ctx.Err() != nil { // as in Acquire: send nothing, write nothing
+		return nil, fmt.Errorf("lockcore: acquire all (%d keys): not started: %w", len(keys), context.Cause(ctx))
+	}
 	sorted := slices.Clone(keys)
 	slices.Sort(sorted)
 	sorted = slices.Compact(sorted)

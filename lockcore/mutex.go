@@ -153,7 +153,7 @@ func NewMutex(db DynamoDB, table string, opts ...Option) (*Mutex, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Mutex{db: db, table: table, cfg: cfg}, nil
+	return &Mutex{db: guarded(db), table: table, cfg: cfg}, nil
 }
 
 // Owner returns this client's owner name.
@@ -181,6 +181,9 @@ func (m *Mutex) Acquire(ctx context.Context, key string, opts ...AcquireOption) 
 		return nil, err
 	}
 	if err := m.validate(key, ac.namespace); err != nil {
+		return nil, err
+	}
+	if err := notStarted(ctx, "mutex", key); err != nil {
 		return nil, err
 	}
 	t0 := m.cfg.clock.Now()

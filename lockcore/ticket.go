@@ -78,7 +78,7 @@ func NewTicketLock(db DynamoDB, table string, opts ...Option) (*TicketLock, erro
 	if cfg.takeover.wallClock {
 		return nil, invalidOption("takeover", "a TicketLock supports ObserveTakeover only (a handoff records no wall-clock lease end), got %s", cfg.takeover)
 	}
-	return &TicketLock{db: db, table: table, cfg: cfg}, nil
+	return &TicketLock{db: guarded(db), table: table, cfg: cfg}, nil
 }
 
 // Owner returns this client's owner name.
@@ -220,6 +220,9 @@ func (t *TicketLock) Acquire(ctx context.Context, key string, opts ...AcquireOpt
 		return nil, invalidOption("data", "a TicketLock stores no data with its leases")
 	}
 	if err := t.validate(key, ac.namespace); err != nil {
+		return nil, err
+	}
+	if err := notStarted(ctx, "ticket lock", key); err != nil {
 		return nil, err
 	}
 	start := t.cfg.clock.Now()

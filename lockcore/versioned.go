@@ -67,7 +67,7 @@ func NewVersioned(db DynamoDB, table string, opts ...Option) (*Versioned, error)
 	if err != nil {
 		return nil, err
 	}
-	v := &Versioned{db: db, table: table, cfg: cfg, versionAttr: "version", writerAttr: versionWriterAttr, maxAttempts: 10}
+	v := &Versioned{db: guarded(db), table: table, cfg: cfg, versionAttr: "version", writerAttr: versionWriterAttr, maxAttempts: 10}
 	if cfg.versioned.attr != "" {
 		v.versionAttr = cfg.versioned.attr
 	}
