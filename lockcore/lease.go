@@ -40,6 +40,7 @@ type Lease struct {
 	finished   bool          // released or lost
 	releasing  int           // Release calls under way: they decide how the lease ended
 	watching   bool          // a failed Release left a validity watcher (watchValidity)
+	ranOut     bool          // lost by the local clock alone: the table may still name it
 	err        error
 	done       chan struct{}
 	stopHB     context.CancelFunc
@@ -203,8 +204,17 @@ func (l *Lease) Release(ctx context.Context) error {
 	l.stopHeartbeat()
 	l.mu.Lock()
 	if l.finished {
-		err := l.err
+		err, clear := l.err, l.ranOut
+		l.ranOut = false
 		l.mu.Unlock()
+		if clear {
+			// The lease ran out on the local clock (no renewal could be written), and
+			// nobody may have taken the lock since: the table may still name it, and
+			// would hold the lock for about one more lease until a waiter skipped it.
+			// Release it there if it is still ours (the write is owner-checked); the
+			// caller learns of the loss all the same.
+			_ = l.ops.release(ctx, l)
+		}
 		return err
 	}
 	l.releasing++
@@ -242,7 +252,7 @@ func (l *Lease) watchValidity() {
 				releasing := l.releasing > 0
 				l.mu.Unlock()
 				if !releasing {
-					l.finish(&LeaseError{Op: "validity", Key: l.key, LeaseID: l.id, Err: ErrLeaseLost})
+					l.runOut(&LeaseError{Op: "validity", Key: l.key, LeaseID: l.id, Err: ErrLeaseLost})
 					return
 				}
 				rem = 10 * time.Millisecond // a Release under way decides
@@ -269,6 +279,17 @@ func (l *Lease) finish(err error) {
 	close(l.done)
 	l.mu.Unlock()
 	l.report(err)
+}
+
+// runOut ends the lease as lost because its local validity ran out without a renewal:
+// the table may still name it, so a later Release clears it there.
+func (l *Lease) runOut(err error) {
+	l.mu.Lock()
+	if !l.finished {
+		l.ranOut = true
+	}
+	l.mu.Unlock()
+	l.finish(err)
 }
 
 func (l *Lease) stopHeartbeat() {
@@ -345,7 +366,7 @@ func (l *Lease) startHeartbeat(ctx context.Context, interval time.Duration) {
 			}
 			rem := l.Remaining()
 			if rem <= 0 {
-				l.finish(&LeaseError{Op: "heartbeat", Key: l.key, LeaseID: l.id, Err: ErrLeaseLost})
+				l.runOut(&LeaseError{Op: "heartbeat", Key: l.key, LeaseID: l.id, Err: ErrLeaseLost})
 				return
 			}
 			callCtx, cancelCall := context.WithTimeout(hbCtx, rem)
