@@ -25,6 +25,9 @@
 //     critical section plus a few one-RCU reads timed by queue position, however many
 //     wait. Use it on hot keys: it is the fairest and, under contention, the cheapest
 //     lock. Takeover is by observation only.
+//     A crashed or frozen waiter's ticket is skipped a full lease after it is served, so
+//     K of them ahead of a waiter delay it by about K leases (the same holds for the Mutex
+//     and the ItemLocker, whose lines are ticket lines too).
 //   - Queue (FIFO ticket queue with a row per waiter): waiters enter strictly in arrival
 //     order, and each waiter's row is visible (owner, heartbeat) while it waits, so a
 //     crashed waiter is evicted after its own lease rather than when its turn comes. It
