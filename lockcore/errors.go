@@ -128,3 +128,13 @@ func invalidOption(field, format string, args ...any) error {
 func invalidKey(field, format string, args ...any) error {
 	return &OptionError{Field: field, Reason: fmt.Sprintf(format, args...), Err: ErrInvalidKey}
 }
+
+// unusableLocker is the error of an acquisition on a nil lock client (a typed nil passed
+// as a Locker, say) or on a zero one not made by its constructor: an *OptionError naming
+// "locker", as Do's for a nil Locker, instead of a nil-pointer panic.
+func unusableLocker(isNil bool, typ, ctor string) error {
+	if isNil {
+		return invalidOption("locker", "must not be a nil %s", typ)
+	}
+	return invalidOption("locker", "%s must be made by %s", typ, ctor)
+}

@@ -88,6 +88,9 @@ func ticketSK(ns string, t int64) string { return fmt.Sprintf("%s%020d", ticketP
 // Acquire takes a ticket and waits for its turn (as the wait policy says). On timeout
 // or cancellation the ticket is withdrawn.
 func (q *Queue) Acquire(ctx context.Context, key string, opts ...AcquireOption) (lease *Lease, err error) {
+	if q == nil || q.cfg == nil {
+		return nil, unusableLocker(q == nil, "*Queue", "NewQueue")
+	}
 	ac, err := q.cfg.acquireConfig(opts)
 	if err != nil {
 		return nil, err

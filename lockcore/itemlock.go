@@ -274,6 +274,9 @@ func (il *ItemLease) Item() map[string]types.AttributeValue { return il.item }
 // Acquire locks the item with the given primary key and reads it, in one call. key must
 // hold exactly the table's key attributes (string, number or binary values).
 func (il *ItemLocker) Acquire(ctx context.Context, key map[string]types.AttributeValue, opts ...AcquireOption) (lease *ItemLease, err error) {
+	if il == nil || il.cfg == nil {
+		return nil, unusableLocker(il == nil, "*ItemLocker", "NewItemLocker")
+	}
 	ac, err := il.cfg.acquireConfig(opts)
 	if err != nil {
 		return nil, err

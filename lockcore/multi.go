@@ -64,6 +64,9 @@ func (ml *MultiLease) Release(ctx context.Context) error {
 // and the error names the key that could not be had; a key whose lease was lost while a
 // later key was waited for fails the set too (ErrLeaseLost).
 func (m *Mutex) AcquireAll(ctx context.Context, keys []string, opts ...AcquireOption) (*MultiLease, error) {
+	if m == nil || m.cfg == nil {
+		return nil, unusableLocker(m == nil, "*Mutex", "NewMutex")
+	}
 	if len(keys) == 0 {
 		return nil, invalidKey("keys", "must not be empty")
 	}

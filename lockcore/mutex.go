@@ -176,6 +176,9 @@ type LockInfo struct {
 // lives as long as the critical section (bound the wait with Wait(WaitUpTo(d)), not with
 // a short-lived context).
 func (m *Mutex) Acquire(ctx context.Context, key string, opts ...AcquireOption) (lease *Lease, err error) {
+	if m == nil || m.cfg == nil {
+		return nil, unusableLocker(m == nil, "*Mutex", "NewMutex")
+	}
 	ac, err := m.cfg.acquireConfig(opts)
 	if err != nil {
 		return nil, err

@@ -3,6 +3,8 @@ package lockcore
 import (
 	"context"
 	"errors"
+	"log"
+	"runtime/debug"
 	"time"
 )
 
@@ -12,6 +14,12 @@ import (
 // back into the lock. ctx is the context of the call that caused the event (for lease
 // events: of the Acquire that took the lease), so per-request loggers and metric sinks
 // carried in it can be used.
+//
+// A panic in a function is the observer's bug and never breaks a lock or the process:
+// lockcore recovers it, logs it once with its stack through the standard log package
+// (log.Printf, as net/http does for a handler's panic), and goes on as if the function
+// had returned: the Acquire returns its lease, a Release its result, a heartbeat keeps
+// renewing. A function that calls runtime.Goexit is not stopped.
 type Observer struct {
 	// Acquired reports a successful acquisition.
 	Acquired func(context.Context, AcquireEvent)
@@ -89,10 +97,23 @@ func (c *config) acquired(ctx context.Context, strategy Strategy, key, ns string
 	switch {
 	case err == nil && c.observer.Acquired != nil:
 		ev.Token = l.Token()
-		c.observer.Acquired(ctx, ev)
+		notify(ctx, "Acquired", c.observer.Acquired, ev)
 	case err != nil && c.observer.AcquireFailed != nil:
-		c.observer.AcquireFailed(ctx, ev)
+		notify(ctx, "AcquireFailed", c.observer.AcquireFailed, ev)
 	}
+}
+
+// notify calls one Observer function, the only place lockcore does. It recovers a panic
+// in it: a panicking Acquired would otherwise leave the caller without the lease it
+// took, renewed until the Acquire's context ends, and a panicking LeaseLost on a
+// heartbeat's goroutine would end the process.
+func notify[E any](ctx context.Context, event string, f func(context.Context, E), ev E) {
+	defer func() {
+		if p := recover(); p != nil {
+			log.Printf("lockcore: Observer.%s panicked (recovered, the lock carries on): %v\n%s", event, p, debug.Stack())
+		}
+	}()
+	f(ctx, ev)
 }
 
 // leaseEvent reports how a lease ended (err nil: released) or a write's unknown outcome.
@@ -113,18 +134,18 @@ func (l *Lease) report(err error) {
 	switch {
 	case err == nil:
 		if o.Released != nil {
-			o.Released(ctx, ev)
+			notify(ctx, "Released", o.Released, ev)
 		}
 	case errors.Is(err, ErrUnknownOutcome):
 		if o.UnknownOutcome != nil {
-			o.UnknownOutcome(ctx, ev)
+			notify(ctx, "UnknownOutcome", o.UnknownOutcome, ev)
 		}
 		if errors.Is(err, ErrLeaseLost) && o.LeaseLost != nil {
-			o.LeaseLost(ctx, ev)
+			notify(ctx, "LeaseLost", o.LeaseLost, ev)
 		}
 	case errors.Is(err, ErrLeaseLost):
 		if o.LeaseLost != nil {
-			o.LeaseLost(ctx, ev)
+			notify(ctx, "LeaseLost", o.LeaseLost, ev)
 		}
 	}
 }

@@ -212,6 +212,9 @@ func endEntry(u expression.UpdateBuilder, attr string, tomb bool, now time.Time)
 // The lease's heartbeat runs until Release or until ctx ends, so pass a context that
 // lives as long as the critical section.
 func (t *TicketLock) Acquire(ctx context.Context, key string, opts ...AcquireOption) (lease *Lease, err error) {
+	if t == nil || t.cfg == nil {
+		return nil, unusableLocker(t == nil, "*TicketLock", "NewTicketLock")
+	}
 	ac, err := t.cfg.acquireConfig(opts)
 	if err != nil {
 		return nil, err
