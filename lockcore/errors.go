@@ -33,7 +33,8 @@ var (
 	// the request may have reached DynamoDB) and no re-read could tell whether it landed,
 	// because other writers changed the item since. On a lease it comes with ErrLeaseLost:
 	// the caller must assume both that the write may have happened and that the lease is
-	// gone.
+	// gone. From Inspector.ForceRelease it means a lease may have been ended (see Show's
+	// Audit).
 	ErrUnknownOutcome = errors.New("lockcore: outcome of write unknown")
 )
 

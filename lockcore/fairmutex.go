@@ -248,6 +248,8 @@ type mutexHold struct {
 	tomb bool
 
 	skippedStalled bool // this waiter skipped a holder that had stopped heartbeating
+
+	forced forceMark // the row's last force-release while the ticket was served
 }
 
 func (m *Mutex) newHold(key, ns, id string) *mutexHold {
@@ -669,12 +671,6 @@ func (m *Mutex) waitForRoom(ctx context.Context, key string, ac *acquireConfig, 
 	}
 }
 
-// forcedOf reports whether the row records a force-release of lease id or ticket tk.
-func forcedOf(r mutexRow, id string, tk int64) bool {
-	f := attrS(r.raw, attrForcedLease)
-	return f != "" && (f == id || (tk != 0 && f == ticketLeaseID(tk)))
-}
-
 // servedKey names the served ticket of a row in the observation memory.
 func (r mutexRow) servedKey() string { return r.life + "\x00" + strconv.FormatInt(r.serving, 10) }
 
@@ -895,6 +891,7 @@ func (m *Mutex) enter(ctx context.Context, h *mutexHold, row mutexRow, lastBefor
 	// skipped, or the release after a failed epoch, reports no lease event.
 	obs := l.observer
 	l.observer = nil
+	h.forced.see(row.ticketRow) // row shows our ticket served (see settleRelease)
 	if l.Remaining() < ac.lease/2 || m.cfg.ttlTooEarly(row.ttl, ac.lease+m.cfg.ttlGrace) {
 		if err := l.Renew(ctx); err != nil {
 			if errors.Is(err, ErrLeaseLost) {
@@ -1112,6 +1109,7 @@ func (h *mutexHold) renew(ctx context.Context, l *Lease) error {
 			// Waiters take over after the ticket's lease as the row records it, which
 			// the acquisition set: an attached handle's client may use a longer one.
 			row := parseMutexRow(out.Attributes, h.wattr)
+			h.forced.see(row.ticketRow) // our ticket is served (an attached lease learns it here)
 			if d := row.leaseOf(row.ownTicket); row.ownEntry && d > 0 && d < l.duration {
 				l.renewsFor(d)
 			} else {
@@ -1225,16 +1223,17 @@ func (h *mutexHold) release(ctx context.Context, l *Lease) error {
 				return m.release(ctx, l)
 			case errors.Is(ferr, ErrNotOwner):
 				return ferr
-			case uncertain && h.ticket != 0 && row.exists && row.life == h.life && row.rel == h.ticket:
-				return nil // our earlier attempt landed
-			case uncertain && l.Remaining() > 0 && row.exists && (h.ticket == 0 || row.life == h.life) &&
-				(h.ticket == 0 || row.skip != h.ticket) && !forcedOf(row, l.id, h.ticket):
-				// Our ticket was passed, and later holders may have released since (rel
-				// names theirs). But our lease is still valid by our clock, and no waiter
-				// skips a ticket while its lease is valid (see Mutex): only our own
-				// release can have passed it. (A force-release is recorded.)
+			}
+			// Our ticket was passed: by our earlier attempt, if one may have landed, or by
+			// a skip or a force-release. Later holders may have released since (rel names
+			// theirs); a lease still valid by our clock is skipped by no waiter, and a
+			// force-release since our ticket was last seen served is told by the row's
+			// force record (settleRelease, shared with TicketLock).
+			switch settleRelease(row.ticketRow, releaseSettle{uncertain: uncertain, ticket: h.ticket, life: h.life,
+				leaseID: l.id, token: l.token, valid: l.Remaining() > 0, mark: &h.forced}) {
+			case releaseLanded:
 				return nil
-			case uncertain && !(h.ticket != 0 && row.exists && row.life == h.life && row.skip == h.ticket):
+			case releaseUnknown:
 				return &LeaseError{Op: "release", Key: h.key, LeaseID: l.id, Current: row.holder(), Err: errLostUnknown}
 			}
 			return ferr

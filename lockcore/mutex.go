@@ -108,8 +108,12 @@ const (
 // Ambiguous writes: an acquire is retried with the same entry id, so an earlier attempt
 // that landed fails the retry's condition and is recognised by its entry; a client that
 // gives up while an attempt may still land writes a tombstone under its id (see
-// TicketLock). A release whose response was lost is settled by rel (the last ticket
-// released) or skip.
+// TicketLock). A release whose response was lost is settled as TicketLock's is
+// (settleRelease, shared): by rel (the last ticket released), skip, or the row's force
+// record; or, while the lease is valid by the holder's clock, by the row naming the same
+// last force-release as when the ticket was last seen served (no waiter skips a valid
+// lease, so only the release itself can have passed it); otherwise it reports
+// ErrLeaseLost with ErrUnknownOutcome.
 //
 // TTL. Acquisitions served at once, heartbeats, handoffs and skips set expiresAt a lease
 // and the TTL grace ahead (a queued acquisition leaves it to the holder); a release with

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 	"unicode/utf8"
 
@@ -29,8 +30,9 @@ type ForceRecord struct {
 	Token   FenceInfo `json:"token"`
 }
 
-// ErrNotHeld means a force-release found no lease to end: the lock is released, or the
-// lease the caller named (ForceOptions.LeaseID) is no longer the current one.
+// ErrNotHeld means a force-release found no lease to end and ended none: the lock is
+// released, or the lease the caller named (ForceOptions.LeaseID) is no longer the
+// current one.
 var ErrNotHeld = errors.New("lockcore: lock not held by the expected lease")
 
 // ForceOptions describe a force-release.
@@ -131,8 +133,9 @@ func (o *ForceOptions) validate(key string) error {
 
 // ForceRelease ends the current lease of a Mutex or TicketLock, records who did it, when,
 // why and which lease it ended, and returns that record. It returns an error matching
-// ErrNotHeld when there is no lease to end (or not the one opts.LeaseID names), and
-// ErrInvalidOption / ErrInvalidKey for bad arguments.
+// ErrNotHeld when there is no lease to end (or not the one opts.LeaseID names) and this
+// call ended none, ErrUnknownOutcome when it cannot tell whether it ended one (see
+// below), and ErrInvalidOption / ErrInvalidKey for bad arguments.
 //
 // It is one TransactWriteItems of two writes, both or neither. The first updates the
 // lock row, conditioned on the lease read just before (Mutex and TicketLock: serving
@@ -167,8 +170,14 @@ func (o *ForceOptions) validate(key string) error {
 // at once (see GuardedWriteError); writes fenced with FenceCondition fail once the next
 // holder has registered its higher token at the resource.
 //
-// An attempt whose outcome is unknown is settled by re-reading the row (forcedId names
-// this call); the SDK's own retries are off for it, as for every conditional write.
+// An attempt whose outcome is unknown (a timeout, a reset, a 5xx) is settled by
+// re-reading the row (forcedId names this call) and, when the lease is gone but the row
+// names another force-release (one that ended the next holder meanwhile), by reading the
+// attempt's audit row, whose key the call knows: an attempt that landed returns its
+// record, never ErrNotHeld. When those reads cannot be made (the context ends, the
+// attempts run out) while an attempt may have landed, the error matches
+// ErrUnknownOutcome: see Show's LastForced and Audit before trying again. The SDK's own
+// retries are off for it, as for every conditional write.
 func (in *Inspector) ForceRelease(ctx context.Context, key string, opts ForceOptions) (*ForceRecord, error) {
 	if err := opts.validate(key); err != nil {
 		return nil, err
@@ -190,17 +199,21 @@ func (in *Inspector) ForceRelease(ctx context.Context, key string, opts ForceOpt
 	// without one, the same as the same ticket's in the row's next life: a row deleted and
 	// created again between two attempts must not let the second end that life's holder.
 	life, pinned := "", false
+	// pending: the attempts whose outcome is unknown (the record each would have
+	// written). Each may have landed, or may still land until the lease it is
+	// conditioned on is gone.
+	var pending []ForceRecord
 	var last error
 	for attempt := 0; attempt < forceAttempts; attempt++ {
 		if attempt > 0 {
 			if err := sleep(ctx, time.Duration(attempt)*20*time.Millisecond); err != nil {
-				return nil, fmt.Errorf("lockcore: force-release %q: %w (last error: %v)", key, err, last)
+				return nil, forceFailed(key, pending, fmt.Errorf("%w (last error: %v)", err, last))
 			}
 		}
 		cur, err := in.get(ctx, in.table, rowKey)
 		if err != nil {
 			if classify(err) == errFatal {
-				return nil, fmt.Errorf("lockcore: force-release %q: %w", key, err)
+				return nil, forceFailed(key, pending, err)
 			}
 			last = err
 			continue
@@ -223,6 +236,23 @@ func (in *Inspector) ForceRelease(ctx context.Context, key string, opts ForceOpt
 		}
 		if err == nil && pinned && attrS(cur, attrLife) != life {
 			err = in.notHeld(key, opts.Namespace, opts.Strategy, target, "the lock row was deleted and created again")
+		}
+		if err != nil && len(pending) > 0 {
+			// The lease is gone (or was never this one). An attempt of ours may have
+			// ended it, its record on the row since replaced by a later force-release:
+			// its audit row, written by the same transaction, says so. (None can land
+			// any more: each is conditioned on the lease as it was.)
+			r, rerr := in.landedAudit(ctx, key, pending)
+			if rerr != nil {
+				if classify(rerr) == errFatal {
+					return nil, forceFailed(key, pending, rerr)
+				}
+				last = rerr
+				continue
+			}
+			if r != nil {
+				return r, nil
+			}
 		}
 		if err != nil {
 			return nil, err
@@ -249,16 +279,48 @@ func (in *Inspector) ForceRelease(ctx context.Context, key string, opts ForceOpt
 			return rec, nil
 		}
 		last = err
-		if classify(err) == errFatal {
-			return nil, fmt.Errorf("lockcore: force-release %q: %w", key, err)
+		switch classify(err) {
+		case errFatal:
+			return nil, forceFailed(key, pending, err)
+		case errAmbiguous:
+			pending = append(pending, *rec)
 		}
 		// Condition failed (a heartbeat, a handoff, or an earlier attempt of ours that
 		// landed late), throttled or unknown: re-read and decide again. Every attempt
-		// carries the same id, so the re-read recognises one that landed, and a late
-		// attempt can never land after another one did (the lease it is conditioned on
-		// is gone by then).
+		// carries the same id, so the re-read recognises one that landed (by the row's
+		// record, or by the attempt's audit row once a later force-release replaced
+		// that), and a late attempt can never land after another one did (the lease it
+		// is conditioned on is gone by then).
 	}
-	return nil, fmt.Errorf("lockcore: force-release %q: gave up after %d attempts: %w", key, forceAttempts, last)
+	return nil, forceFailed(key, pending, fmt.Errorf("gave up after %d attempts: %w", forceAttempts, last))
+}
+
+// forceFailed is ForceRelease's error when it stops without an answer. When an attempt
+// whose outcome is unknown may have ended the lease, it matches ErrUnknownOutcome too: the
+// operator must check the lock (Show: LastForced and Audit) before acting again.
+func forceFailed(key string, pending []ForceRecord, err error) error {
+	if len(pending) == 0 {
+		return fmt.Errorf("lockcore: force-release %q: %w", key, err)
+	}
+	p := pending[len(pending)-1]
+	return fmt.Errorf("lockcore: force-release %q: %w: an attempt (force-release id %s) may have ended lease %s: %w",
+		key, ErrUnknownOutcome, p.ID, p.LeaseID, err)
+}
+
+// landedAudit looks for the audit row of each attempt in pending (strongly consistent
+// reads of its known key) and returns the record of the one that landed (nil: none did).
+func (in *Inspector) landedAudit(ctx context.Context, key string, pending []ForceRecord) (*ForceRecord, error) {
+	for _, p := range pending {
+		it, err := in.get(ctx, in.table, item{attrPK: s(key), attrSK: s(auditSK(p.Namespace, p.Strategy, p.At, p.ID))})
+		if err != nil {
+			return nil, err
+		}
+		if it != nil && attrS(it, attrForcedID) == p.ID {
+			r := auditRecord(it)
+			return &r, nil
+		}
+	}
+	return nil, nil
 }
 
 // landed completes rec from the row an earlier attempt of this call wrote.
@@ -438,4 +500,87 @@ func GuardedWriteError(err error, guard int, l *Lease) error {
 		}
 	}
 	return &LeaseError{Op: "guarded write", Key: l.key, LeaseID: l.id, Current: cur, Err: ErrLeaseLost}
+}
+
+// Settling a release after a force-release (Mutex and TicketLock share this).
+//
+// A release whose earlier attempt failed ambiguously, and whose retry finds its ticket
+// no longer served, must tell its own landed release from a force-release that ended the
+// lease. The row keeps only the last force-release, and later ones replace it: a lease
+// force-released, then its successor force-released too, leaves a row that names the
+// successor. So each lease remembers the row's last force-release id (forcedId) from a
+// state of the row in which its ticket was served (forceMark). Every force-release after
+// that state ends the ticket served when it runs: while the ticket is ours, ours. If the
+// row still names the same force-release, none ran since, and our ticket can only have
+// been passed by our release or by a skip, which no waiter makes while the lease is
+// valid (see Mutex and TicketLock: Validity). If it names another one, the release may
+// have landed before it or the force-release may have ended us: only a record naming our
+// lease settles that, anything else is an unknown outcome.
+
+// forceMark is what a lease saw of the row's force-release record while its ticket was
+// served. It is safe for concurrent use (a renewal may record while a release settles).
+type forceMark struct {
+	mu   sync.Mutex
+	seen bool
+	id   string // the row's forcedId then ("": none)
+}
+
+// see records the force-release record of row, a state in which the lease's ticket was
+// served (with its entry).
+func (f *forceMark) see(row ticketRow) {
+	f.mu.Lock()
+	f.seen, f.id = true, row.forcedID
+	f.mu.Unlock()
+}
+
+// unchanged reports whether row names the same last force-release as a state in which
+// the lease's ticket was served: no force-release ran since.
+func (f *forceMark) unchanged(row ticketRow) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.seen && row.forcedID == f.id
+}
+
+// releaseSettle is what a release knows when its condition failed: its ticket is no
+// longer served.
+type releaseSettle struct {
+	uncertain bool   // an earlier attempt failed ambiguously: it may have landed
+	ticket    int64  // the lease's ticket (0: unknown, a Mutex lease attached with Attach)
+	life      string // the row life the ticket belongs to
+	leaseID   string
+	token     Fence // the lease's fencing token (0: unknown)
+	valid     bool  // the lease is still valid by the local clock
+	mark      *forceMark
+}
+
+type releaseVerdict int
+
+const (
+	releaseLost    releaseVerdict = iota // another write passed the ticket: ErrLeaseLost
+	releaseLanded                        // an earlier attempt of this release passed it
+	releaseUnknown                       // cannot tell: ErrLeaseLost with ErrUnknownOutcome
+)
+
+// settleRelease decides a release of a ticket that is no longer served, from the row as
+// it is now. Only one write can pass a served ticket (release, skip and force-release are
+// all conditioned on it being served), so a row that records the ticket released (rel),
+// skipped (skip) or force-released (the last force record) settles it; otherwise see
+// forceMark.
+func settleRelease(row ticketRow, s releaseSettle) releaseVerdict {
+	if !s.uncertain {
+		return releaseLost // no attempt of ours can have landed
+	}
+	same := s.ticket != 0 && row.exists && row.life == s.life
+	switch {
+	case same && row.rel == s.ticket:
+		return releaseLanded
+	case same && row.skip == s.ticket:
+		return releaseLost
+	case row.exists && row.forcedLease != "" && (row.forcedLease == s.leaseID ||
+		(same && row.forcedLease == ticketLeaseID(s.ticket)) || (s.token != 0 && row.forcedToken == int64(s.token))):
+		return releaseLost // the last force-release ended this lease
+	case s.valid && row.exists && (s.ticket == 0 || row.life == s.life) && s.mark != nil && s.mark.unchanged(row):
+		return releaseLanded
+	}
+	return releaseUnknown
 }

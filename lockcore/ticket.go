@@ -56,6 +56,14 @@ import (
 // The fencing token is epoch<<32 | ticket: tickets are served in increasing order, and
 // a row deleted by TTL and created again starts a new epoch from the same keeper rows
 // the Mutex uses.
+//
+// A release whose response was lost and whose retry finds the ticket passed is settled
+// from the row (settleRelease, shared with the Mutex): rel = the ticket means it landed;
+// skip = the ticket, or a force record naming the lease, means the lease was lost; while
+// the lease is still valid by the holder's clock and the row names the same last
+// force-release as when the ticket was served, only the release can have passed it (no
+// waiter skips a valid lease). Otherwise Release reports ErrLeaseLost with
+// ErrUnknownOutcome.
 type TicketLock struct {
 	db    DynamoDB
 	table string
@@ -117,6 +125,10 @@ type ticketRow struct {
 	ownTicket             int64            // ticket of the w# entry asked about (0: none)
 	ownEntry, servedEntry bool
 	tombs                 map[string]int64 // w# attribute → ms: withdrawn before issued
+	// The last force-release recorded on the row (see settleRelease): its id, the lease
+	// it ended and that lease's token.
+	forcedID, forcedLease string
+	forcedToken           int64
 }
 
 func parseTicketRow(it item, wattr string) ticketRow {
@@ -136,6 +148,8 @@ func parseQueueRow(it item, counter string, offset int64, wattr string) ticketRo
 	r.leaseMs, _ = attrN(it, attrLeaseMs)
 	r.rel, _ = attrN(it, attrRel)
 	r.skip, _ = attrN(it, attrSkip)
+	r.forcedID, r.forcedLease = attrS(it, attrForcedID), attrS(it, attrForcedLease)
+	r.forcedToken, _ = attrN(it, attrForcedToken)
 	for k := range it {
 		if strings.HasPrefix(k, waiterPrefix) {
 			if ts, ok := strings.CutPrefix(attrS(it, k), tombPrefix); ok {
@@ -190,6 +204,8 @@ type ticketHold struct {
 	tomb bool
 
 	skippedStalled bool // this waiter skipped a holder that had stopped heartbeating
+
+	forced forceMark // the row's last force-release while the ticket was served
 }
 
 // tombstone is the value of a withdrawn (or uncertain) ticket entry written at now.
@@ -531,6 +547,7 @@ func (t *TicketLock) enter(ctx context.Context, h *ticketHold, row ticketRow, la
 	// skipped, or the release after a failed epoch, reports no lease event.
 	obs := l.observer
 	l.observer = nil
+	h.forced.see(row) // row shows our ticket served (see settleRelease)
 	if l.Remaining() < ac.lease/2 {
 		if err := l.Renew(ctx); err != nil {
 			if errors.Is(err, ErrLeaseLost) {
@@ -829,10 +846,11 @@ func (h *ticketHold) release(ctx context.Context, l *Lease) error {
 				}
 			}
 			row := parseTicketRow(old, h.wattr)
-			switch {
-			case uncertain && row.exists && row.life == h.life && row.rel == h.ticket:
+			switch settleRelease(row, releaseSettle{uncertain: uncertain, ticket: h.ticket, life: h.life,
+				leaseID: l.id, token: l.token, valid: l.Remaining() > 0, mark: &h.forced}) {
+			case releaseLanded:
 				return nil // our earlier attempt landed
-			case uncertain && !(row.exists && row.life == h.life && row.skip == h.ticket):
+			case releaseUnknown:
 				return &LeaseError{Op: "release", Key: h.key, LeaseID: l.id, Err: errLostUnknown}
 			}
 			return &LeaseError{Op: "release", Key: h.key, LeaseID: l.id, Err: ErrLeaseLost}
