@@ -48,6 +48,7 @@ type config struct {
 	takeoverTrials int
 	targetRTT      time.Duration
 	command        string
+	renderOnly     bool
 }
 
 func main() {
@@ -55,6 +56,13 @@ func main() {
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(2)
+	}
+	if cfg.renderOnly {
+		if err := render(cfg.out); err != nil {
+			fmt.Fprintln(os.Stderr, "bench:", err)
+			os.Exit(1)
+		}
+		return
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	err = run(ctx, cfg)
@@ -81,6 +89,7 @@ func parseFlags(args []string) (*config, error) {
 	trials := fs.Int("takeover-trials", 0, "crashes per strategy, mode and RTT (default 8, 4 with -quick)")
 	targetRTT := fs.Duration("target-rtt", 5*time.Millisecond, "RTT at which the issue's targets are checked")
 	command := fs.String("command", "", "the command line to record in RESULTS.md (default: this one)")
+	renderOnly := fs.Bool("render-only", false, "measure nothing: draw the chart again from -out's results.json (after a change to the chart)")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
@@ -90,7 +99,10 @@ func parseFlags(args []string) (*config, error) {
 	cfg := &config{
 		duration: *duration, uncontended: *unc, quick: *quick, out: *out,
 		burstWorkers: *burstWorkers, burstRounds: *burstRounds, takeoverLease: *lease,
-		takeoverTrials: *trials, targetRTT: *targetRTT, command: *command,
+		takeoverTrials: *trials, targetRTT: *targetRTT, command: *command, renderOnly: *renderOnly,
+	}
+	if cfg.renderOnly && cfg.out == "" {
+		return nil, errors.New("-render-only needs -out (the directory holding results.json)")
 	}
 	if cfg.duration == 0 {
 		cfg.duration = pick(*quick, 2*time.Second, 20*time.Second)
@@ -328,6 +340,21 @@ func run(ctx context.Context, cfg *config) (err error) {
 		}
 		logf("wrote %s/results.json, %s/RESULTS.md, %s/%s (%s)", cfg.out, cfg.out, cfg.out, bench.ChartFile, res.Elapsed)
 	}
+	return nil
+}
+
+// render draws dir/chart.svg again from dir/results.json, measuring nothing: the figures,
+// targets and RESULTS.md of that run stay as they are.
+func render(dir string) error {
+	res, err := bench.ReadResults(filepath.Join(dir, "results.json"))
+	if err != nil {
+		return err
+	}
+	path := filepath.Join(dir, bench.ChartFile)
+	if err := os.WriteFile(path, []byte(res.Chart()), 0o644); err != nil {
+		return err
+	}
+	logf("wrote %s from %s", path, filepath.Join(dir, "results.json"))
 	return nil
 }
 

@@ -9,7 +9,9 @@ import (
 	"io"
 	"math"
 	"net"
+	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -380,7 +382,10 @@ func TestChartAndMarkdown(t *testing.T) {
 			t.Fatalf("chart is not well-formed XML: %v", err)
 		}
 	}
-	for _, s := range []string{"<svg", "mutex", "queue", "published-lockingread †", "target 0.9"} {
+	for _, s := range []string{"<svg", "mutex", "queue", "published-lockingread †",
+		fmt.Sprintf("target ≥ %g at N = 16, 64", TargetEfficiency),
+		fmt.Sprintf("target ≤ %g: lockingread, mutex, ticket", float64(TargetCheapLockCU)),
+		fmt.Sprintf("target ≥ %g at N = 16, 64", TargetJain)} {
 		if !strings.Contains(svg, s) {
 			t.Errorf("chart lacks %q", s)
 		}
@@ -390,6 +395,41 @@ func TestChartAndMarkdown(t *testing.T) {
 		if !strings.Contains(md, s) {
 			t.Errorf("RESULTS.md lacks %q", s)
 		}
+	}
+}
+
+// TestChartCutsAnOutlyingBaseline: a published design far above lockcore's figures
+// (124 lock CU per CS against 2–7) must not flatten lockcore's bars. Its bar is cut at the
+// top of the axis and labelled with its value; the axis is scaled to lockcore's values and
+// the target.
+func TestChartCutsAnOutlyingBaseline(t *testing.T) {
+	r := sampleResults()
+	r.Records = append(r.Records, Record{Strategy: "published-fifo", Scenario: ScenarioHotKey, RTTms: 5, Workers: 16,
+		Baseline: true, Efficiency: fp(0.7), Jain: fp(0.42), LockCUPerCS: fp(124.2), Starved: ip(0)})
+	svg := r.Chart()
+	// Bar heights by the <title> "strategy N=16: value" of the lock CU panel's bars.
+	height := func(title string) float64 {
+		t.Helper()
+		re := regexp.MustCompile(`height="([0-9.]+)" fill="[^"]*"><title>` + regexp.QuoteMeta(title) + `</title>`)
+		m := re.FindStringSubmatch(svg)
+		if m == nil {
+			t.Fatalf("no bar titled %q in the chart", title)
+		}
+		h, _ := strconv.ParseFloat(m[1], 64)
+		return h
+	}
+	const plotH = 180
+	if h := height("published-fifo N=16: 124.2"); h != plotH {
+		t.Errorf("the outlying baseline's bar is %.1f high, want cut at the axis top (%d)", h, plotH)
+	}
+	if h := height("mutex N=16: 3"); h < plotH/4 {
+		t.Errorf("mutex's 3 lock CU per CS is a bar %.1f high of %d: the axis is scaled to the outlier", h, plotH)
+	}
+	if !strings.Contains(svg, ">124.2 ▲</text>") {
+		t.Error("the cut bar does not show its value")
+	}
+	if !strings.Contains(svg, "a bar cut at the top of its axis shows its value") {
+		t.Error("the chart does not explain cut bars")
 	}
 }
 

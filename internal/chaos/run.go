@@ -166,7 +166,7 @@ func (c *Config) keysOf(strategy string) int {
 // skews are the clock offsets given, in turn, to workers and holders when Skew is on
 // (worker 0 of each strategy keeps the true time). All lie within lockcore's default TTL
 // grace (15m): a clock slower than that would let DynamoDB's TTL delete a live lock row,
-// which is outside lockcore's failure model (see the README's "Failure model").
+// which is outside lockcore's failure model (see docs/failure-model.md).
 var skews = []time.Duration{0, 7 * time.Second, -5 * time.Second, 90 * time.Second, -40 * time.Second, 3 * time.Minute, -2 * time.Minute}
 
 // runner is one run's state.
