@@ -249,7 +249,8 @@ func (in *Inspector) Table() string { return in.table }
 // Row kinds by sort key: "<ns>" (Mutex), "<ns>#ticket" (TicketLock), "<ns>#counter" and
 // "<ns>#t#<ticket>" (Queue), "<ns>#audit#<strategy>#<time>#<id>" (force-release audit).
 // A Queue's "<ns>#resv" row (its places in line) says nothing about who holds or waits
-// and is skipped as rowUnknown.
+// and is skipped as rowUnknown. The sort key only proposes a kind: lockRow confirms it
+// by the row's attributes.
 type rowKind int
 
 const (
@@ -281,6 +282,99 @@ func classifySK(sk string) (rowKind, string) {
 		return rowAudit, ns
 	}
 	return rowUnknown, ns
+}
+
+// lockRow classifies a row of the lock table: by its sort key, and then by the
+// attributes lockcore always writes on a row of that kind. A lock table may hold other
+// items with the same key shape (an application's own rows, data items an ItemLocker
+// locks there), and their sort keys may look like a lock's ("lock", "jobs#counter"):
+// the sort key alone would list each of them as a released lock. Anything that is not
+// a lock row of lockcore is rowUnknown.
+//
+// The attributes every row of a kind carries, however it was last written:
+//
+//   - Mutex, ticket format: state "fair", fence, serving, rev (numbers) and life (a
+//     string), all set by the take that made the row ticket-format;
+//   - Mutex, previous release's format: state "held" or "released", leaseId (a string)
+//     and rev (a number), set by its every acquisition;
+//   - TicketLock: next, serving, rev (numbers) and life (a string), set by the first take;
+//   - Mutex or TicketLock row made by a withdrawn ticket request that never landed
+//     (withdrawUnknown on an absent row): only w#<id> tombstones and expiresAt;
+//   - Queue counter: next (a number);
+//   - Queue ticket row: ticket (a number, the one its sort key spells), leaseId (a
+//     string), rev (a number);
+//   - audit row: strategy, namespace (its sort key's) and forcedId (strings), forcedAt
+//     (a number).
+func lockRow(it item) (rowKind, string) {
+	kind, ns := classifySK(attrS(it, attrSK))
+	if ns == "" || attrS(it, attrPK) == "" {
+		return rowUnknown, ns
+	}
+	ok := false
+	switch kind {
+	case rowMutex:
+		ok = isMutexRow(it)
+	case rowTicket:
+		ok = (hasN(it, attrNext, attrServing, attrRev) && attrS(it, attrLife) != "") || isBareRow(it)
+	case rowQueueCounter:
+		ok = hasN(it, attrNext)
+	case rowQueueTicket:
+		tk, has := attrN(it, attrTicket)
+		ok = has && tk > 0 && attrS(it, attrSK) == ticketSK(ns, tk) && attrS(it, attrLeaseID) != "" && hasN(it, attrRev)
+	case rowAudit:
+		ok = attrS(it, attrAuditStrategy) != "" && attrS(it, attrAuditNS) == ns && attrS(it, attrForcedID) != "" && hasN(it, attrForcedAt)
+	}
+	if !ok {
+		return rowUnknown, ns
+	}
+	return kind, ns
+}
+
+func isMutexRow(it item) bool {
+	if _, has := it[attrState]; !has {
+		return isBareRow(it)
+	}
+	switch attrS(it, attrState) {
+	case stateFair:
+		return hasN(it, attrFence, attrServing, attrRev) && attrS(it, attrLife) != ""
+	case stateHeld, stateReleased:
+		return hasN(it, attrRev) && attrS(it, attrLeaseID) != ""
+	}
+	return false
+}
+
+// isBareRow reports a row that holds nothing but tombstones of ticket requests (and
+// its TTL): what a withdrawn, never-landed request of a Mutex or TicketLock leaves on a
+// row that did not exist. The next take turns it into a full row.
+func isBareRow(it item) bool {
+	tombs := 0
+	for k, v := range it {
+		switch {
+		case k == attrPK || k == attrSK:
+		case k == attrExpiresAt:
+			if _, ok := v.(*types.AttributeValueMemberN); !ok {
+				return false
+			}
+		case strings.HasPrefix(k, waiterPrefix):
+			if t, ok := v.(*types.AttributeValueMemberS); !ok || !strings.HasPrefix(t.Value, tombPrefix) {
+				return false
+			}
+			tombs++
+		default:
+			return false
+		}
+	}
+	return tombs > 0
+}
+
+// hasN reports whether every one of attrs is a number attribute of it.
+func hasN(it item, attrs ...string) bool {
+	for _, a := range attrs {
+		if _, ok := attrN(it, a); !ok {
+			return false
+		}
+	}
+	return true
 }
 
 func (in *Inspector) abandoned(until time.Time, now time.Time) bool {
@@ -453,7 +547,7 @@ func (in *Inspector) Show(ctx context.Context, key string, opts ShowOptions) ([]
 	kc := expression.Key(attrPK).Equal(expression.Value(key))
 	if opts.Namespace != "" {
 		// The namespace's rows: "<ns>" itself and "<ns>#...". begins_with("<ns>") also
-		// matches longer namespaces ("<ns>x"): classifySK filters those out below.
+		// matches longer namespaces ("<ns>x"): the namespace test below filters those out.
 		kc = kc.And(expression.Key(attrSK).BeginsWith(opts.Namespace))
 	}
 	items, err := in.query(ctx, kc, true)
@@ -502,7 +596,7 @@ func (in *Inspector) assemble(items []item, now time.Time, keep func(rowKind, st
 	counters := map[qkey]item{}
 	var queueOrder []qkey
 	for _, it := range items {
-		kind, ns := classifySK(attrS(it, attrSK))
+		kind, ns := lockRow(it)
 		switch kind {
 		case rowAudit:
 			r := auditRecord(it)
@@ -587,7 +681,8 @@ func (in *Inspector) query(ctx context.Context, kc expression.KeyConditionBuilde
 type ListOptions struct {
 	// PageSize bounds the rows DynamoDB reads for this page (Scan's Limit); 0 reads up
 	// to DynamoDB's 1 MB page. A page may hold fewer locks than rows read (lockcore's
-	// own rows, queue ticket rows and audit rows are not locks; States filters).
+	// own rows, queue ticket rows and audit rows are not locks, nor are items of other
+	// kinds the table holds; States filters).
 	PageSize int32
 	// PageToken continues a listing: the Next of the previous page ("" to start).
 	PageToken string
@@ -609,8 +704,12 @@ type ListPage struct {
 // List reads one page of the lock table with Scan and returns its locks: Mutex rows,
 // TicketLock rows and Queues (one entry per queue, from its counter row; its ticket
 // rows are read with a Query of that queue). lockcore's bookkeeping rows (partition
-// keys starting with "turnstile#") and audit rows are skipped. Call it again with
-// PageToken = Next until Next is "" (or use Each).
+// keys starting with "turnstile#") and audit rows are skipped, and so is every item
+// that is not a lock row: a row is recognised by the attributes lockcore always writes
+// on its kind (see lockRow), not by its sort key, so a table shared with other items
+// (an application's rows, data items locked by an ItemLocker: ShowItem reads those)
+// lists its locks only. Call it again with PageToken = Next until Next is "" (or use
+// Each).
 func (in *Inspector) List(ctx context.Context, opts ListOptions) (ListPage, error) {
 	if opts.PageSize < 0 {
 		return ListPage{}, invalidOption("pageSize", "must not be negative, got %d", opts.PageSize)
@@ -649,7 +748,7 @@ func (in *Inspector) List(ctx context.Context, opts ListOptions) (ListPage, erro
 	now := in.clock.Now()
 	var page ListPage
 	for _, it := range out.Items {
-		kind, ns := classifySK(attrS(it, attrSK))
+		kind, ns := lockRow(it) // not by sort key alone: the table may hold other items
 		var l Lock
 		switch kind {
 		case rowMutex:
@@ -663,6 +762,7 @@ func (in *Inspector) List(ctx context.Context, opts ListOptions) (ListPage, erro
 			if err != nil {
 				return ListPage{}, fmt.Errorf("lockcore: list %s: queue %q: %w", in.table, key, err)
 			}
+			rows = slices.DeleteFunc(rows, func(r item) bool { k, _ := lockRow(r); return k != rowQueueTicket })
 			l = in.queueLock(key, ns, it, rows, now)
 		default:
 			continue // queue ticket rows (read with their counter), audit rows

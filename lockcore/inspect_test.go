@@ -553,3 +553,194 @@ func TestForceReleaseTicketOfAnEarlierLife(t *testing.T) {
 		t.Fatalf("the live lease was ended: %v", err)
 	}
 }
+
+// A lock table may hold items that are not locks (an application's own rows, data items
+// an ItemLocker locks there), with the same key shape and even sort keys that look like
+// a lock's. List classified rows by sort key alone: every such item was listed as a
+// released lock (issue 26: 1,500 of 2,400 foreign rows), and Show took a foreign row
+// among a queue's ticket rows for its holder. Locks are recognised by the attributes
+// lockcore always writes on their rows; everything else is not a lock.
+func TestListSkipsForeignItems(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ctx := ctxT(t, 2*time.Minute)
+	want := map[string]lockcore.LockState{} // key/namespace/strategy → state
+	// Real lock rows, of every layout.
+	m, _ := lockcore.NewMutex(e.db, e.locks, fast("m", lockcore.WithHeartbeat(0))...)
+	lm, err := m.Acquire(ctx, "m-held", lockcore.Data([]byte("ord-1")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want["m-held/lock/mutex"] = lockcore.LockHeld
+	for _, k := range []string{"m-rel", "m-forced"} {
+		l, err := m.Acquire(ctx, k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if k == "m-rel" {
+			err = l.Release(ctx)
+		} else {
+			_, err = inspector(t, e).ForceRelease(ctx, k, lockcore.ForceOptions{Actor: "ops", Reason: "drill", LeaseID: l.ID()})
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		want[k+"/lock/mutex"] = lockcore.LockReleased
+	}
+	if err := (oldClient{db: e.db, table: e.locks, owner: "old"}).acquire(ctx, "m-old", "old#1"); err != nil {
+		t.Fatal(err) // a row in the previous release's format
+	}
+	want["m-old/lock/mutex"] = lockcore.LockHeld
+	tl, _ := lockcore.NewTicketLock(e.db, e.locks, fast("t")...)
+	lt, err := tl.Acquire(ctx, "t-held")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = lt.Release(ctx) }()
+	want["t-held/lock/ticket"] = lockcore.LockHeld
+	lr, err := tl.Acquire(ctx, "t-rel")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := lr.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	want["t-rel/lock/ticket"] = lockcore.LockReleased
+	// Rows made by a ticket request withdrawn before it landed: tombstones only.
+	for _, c := range []struct {
+		key string
+		st  lockcore.Strategy
+	}{{"m-bare", lockcore.StrategyMutex}, {"t-bare", lockcore.StrategyTicket}} {
+		cctx, cancel := context.WithCancel(ctx)
+		db := &unsentTake{DynamoDB: e.db, between: cancel}
+		if c.st == lockcore.StrategyMutex {
+			bm, _ := lockcore.NewMutex(db, e.locks, fast("b")...)
+			_, err = bm.Acquire(cctx, c.key)
+		} else {
+			bt, _ := lockcore.NewTicketLock(db, e.locks, fast("b")...)
+			_, err = bt.Acquire(cctx, c.key)
+		}
+		cancel()
+		if err == nil {
+			t.Fatalf("%s: Acquire succeeded without its ticket request", c.key)
+		}
+		want[c.key+"/lock/"+string(c.st)] = lockcore.LockReleased
+	}
+	q, _ := lockcore.NewQueue(e.db, e.locks, fast("q")...)
+	lq, err := q.Acquire(ctx, "q-held", lockcore.Namespace("jobs"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = lq.Release(ctx) }()
+	want["q-held/jobs/queue"] = lockcore.LockHeld
+	lq2, err := q.Acquire(ctx, "q-rel", lockcore.Namespace("jobs"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := lq2.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	want["q-rel/jobs/queue"] = lockcore.LockReleased
+	// Data items an ItemLocker locks, kept in the lock table with lock-like sort keys.
+	il, _ := lockcore.NewItemLocker(e.db, e.locks, fast("i")...)
+	for i, sk := range []string{"lock", "lock#ticket", "jobs#counter"} {
+		l, err := il.Acquire(ctx, map[string]types.AttributeValue{"pk": sv(fmt.Sprintf("item-%d", i)), "sk": sv(sk)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if i > 0 {
+			if err := l.Release(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+
+	// Foreign items: many, with the lock table's key shape and sort keys that read as
+	// every kind of lock row; some carry attributes a lock row has, but not all of them.
+	foreign := []map[string]types.AttributeValue{
+		{"pk": sv("q-held"), "sk": sv("jobs#t#0"), "note": sv("sorts before the queue's ticket rows")},
+		{"pk": sv("q-held"), "sk": sv("jobs#t#zzz"), "ticket": nv(1), "leaseId": sv("x#1"), "rev": nv(1)},
+		{"pk": sv("m-held"), "sk": sv("lock#audit#mutex#20260101T000000.000Z#f"), "note": sv("not an audit row")},
+		{"pk": sv("m-held"), "sk": sv("other"), "state": sv("released"), "rev": nv(1)},
+		{"pk": sv("f-fair"), "sk": sv("lock"), "state": sv("fair")},
+		{"pk": sv("f-held"), "sk": sv("lock"), "state": sv("held"), "leaseId": nv(7), "rev": nv(1)},
+		{"pk": sv("f-bare"), "sk": sv("lock"), "w#note": sv("hello")},
+		{"pk": sv("f-ticket"), "sk": sv("lock#ticket"), "next": nv(3)},
+		{"pk": sv("f-counter"), "sk": sv("jobs#counter"), "next": sv("7")},
+		{"pk": sv("f-empty"), "sk": sv("#ticket"), "next": nv(1), "serving": nv(1), "rev": nv(1), "life": sv("l")},
+	}
+	sks := []string{"lock", "STOCK", "lock#ticket", "jobs#counter", "jobs#resv", "jobs#t#00000000000000000001", "lock#audit#mutex#x#y"}
+	states := []string{"released", "held", "fair", "PAID"}
+	for i := range 400 {
+		foreign = append(foreign, map[string]types.AttributeValue{
+			"pk": sv(fmt.Sprintf("order#%04d", i)), "sk": sv(sks[i%len(sks)]),
+			"state": sv(states[i%len(states)]), "owner": sv("shop"), "qty": nv(int64(i)),
+		})
+	}
+	for i := 0; i < len(foreign); i += 25 {
+		var reqs []types.WriteRequest
+		for _, it := range foreign[i:min(i+25, len(foreign))] {
+			reqs = append(reqs, types.WriteRequest{PutRequest: &types.PutRequest{Item: it}})
+		}
+		in := map[string][]types.WriteRequest{e.locks: reqs}
+		for len(in) > 0 {
+			out, err := e.db.BatchWriteItem(ctx, &dynamodb.BatchWriteItemInput{RequestItems: in})
+			if err != nil {
+				t.Fatal(err)
+			}
+			in = out.UnprocessedItems
+		}
+	}
+
+	in := inspector(t, e)
+	for _, size := range []int32{0, 7} {
+		got := map[string]lockcore.LockState{}
+		err := in.Each(ctx, lockcore.ListOptions{PageSize: size, Consistent: true}, func(l lockcore.Lock) error {
+			id := l.Key + "/" + l.Namespace + "/" + string(l.Strategy)
+			if _, dup := got[id]; dup {
+				t.Errorf("%s listed twice", id)
+			}
+			got[id] = l.State
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var extra, wrong []string
+		for id, st := range got {
+			if w, ok := want[id]; !ok {
+				extra = append(extra, id+":"+string(st))
+			} else if w != st {
+				wrong = append(wrong, id+":"+string(st))
+			}
+		}
+		slices.Sort(extra)
+		if len(got) != len(want) || len(extra) > 0 || len(wrong) > 0 {
+			t.Fatalf("page size %d: listed %d locks, want the %d lock rows; %d not locks (first: %v), wrong state %v\nwant %v",
+				size, len(got), len(want), len(extra), extra[:min(len(extra), 8)], wrong, want)
+		}
+	}
+	// Show: a queue's holder is its first ticket row, not a foreign row sorting first;
+	// a lock's audit holds force-release records only.
+	got := showOne(t, ctx, in, "q-held", lockcore.ShowOptions{})
+	if got.Holder == nil || got.Holder.LeaseID != lq.ID() || len(got.Waiters) != 0 {
+		t.Fatalf("queue q-held: holder %+v waiters %+v, want %s alone", got.Holder, got.Waiters, lq.ID())
+	}
+	if got = showOne(t, ctx, in, "m-held", lockcore.ShowOptions{}); got.Holder == nil || got.Holder.LeaseID != lm.ID() || len(got.Audit) != 0 {
+		t.Fatalf("mutex m-held: holder %+v audit %+v", got.Holder, got.Audit)
+	}
+	if got = showOne(t, ctx, in, "m-forced", lockcore.ShowOptions{}); len(got.Audit) != 1 || got.Audit[0].Actor != "ops" {
+		t.Fatalf("mutex m-forced: audit %+v", got.Audit)
+	}
+	for _, k := range []string{"order#0000", "f-fair", "f-counter", "item-0", "item-1"} {
+		if locks, err := in.Show(ctx, k, lockcore.ShowOptions{}); !errors.Is(err, lockcore.ErrLockNotFound) {
+			t.Errorf("Show(%q) of foreign items: %+v, %v; want ErrLockNotFound", k, locks, err)
+		}
+	}
+}
+
+func sv(v string) *types.AttributeValueMemberS { return &types.AttributeValueMemberS{Value: v} }
+
+func nv(v int64) *types.AttributeValueMemberN {
+	return &types.AttributeValueMemberN{Value: fmt.Sprint(v)}
+}
