@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/expression"
@@ -105,35 +106,92 @@ type FenceInfo struct {
 
 func fenceInfo(f Fence) FenceInfo { return FenceInfo{Token: f, Epoch: f.Epoch(), Seq: f.Seq()} }
 
-// String formats the token as "token (epoch E, seq S)".
-func (f FenceInfo) String() string {
-	return fmt.Sprintf("%d (epoch %d, seq %d)", int64(f.Token), f.Epoch, f.Seq)
-}
+// String formats the token as Fence.String does: "token (epoch E, seq S)", or the
+// plain number for a token without an epoch.
+func (f FenceInfo) String() string { return f.Token.String() }
 
 // LockHolder is the lease a lock is held under. Fields a strategy does not record are
 // zero: a TicketLock records no owner name, acquisition time or wall-clock lease end
 // (its LeaseID reads "ticket N").
+//
+// In JSON the lease duration is "lease", a Go duration string ("2.5s"), and "leaseMs",
+// the same in whole milliseconds (the unit lockcore records it in).
 type LockHolder struct {
-	Owner      string        `json:"owner,omitempty"`
-	LeaseID    string        `json:"leaseId"`
-	Ticket     int64         `json:"ticket,omitempty"`     // TicketLock and Queue
-	AcquiredAt time.Time     `json:"acquiredAt,omitzero"`  // Mutex; ItemLocker: last acquisition or renewal
-	Heartbeat  time.Time     `json:"heartbeat,omitzero"`   // Queue: last heartbeat (holder's clock)
-	Until      time.Time     `json:"leaseEnd,omitzero"`    // holder's wall-clock lease end
-	Lease      time.Duration `json:"leaseNanos,omitempty"` // lease duration
+	Owner   string `json:"owner,omitempty"`
+	LeaseID string `json:"leaseId"`
+	// LeaseSuffix is set when LeaseID reads "ticket N" but the row names the ticket's
+	// entry (a TicketLock; a Mutex holder handed the lock, until its first heartbeat
+	// records its owner): the holder's lease id, as its process logs it, is
+	// "<owner>#<LeaseSuffix>".
+	LeaseSuffix string        `json:"leaseIdSuffix,omitempty"`
+	Ticket      int64         `json:"ticket,omitempty"`    // TicketLock and Queue
+	AcquiredAt  time.Time     `json:"acquiredAt,omitzero"` // Mutex; ItemLocker: last acquisition or renewal
+	Heartbeat   time.Time     `json:"heartbeat,omitzero"`  // Queue: last heartbeat (holder's clock)
+	Until       time.Time     `json:"leaseEnd,omitzero"`   // holder's wall-clock lease end
+	Lease       time.Duration `json:"-"`                   // lease duration (JSON: "lease", "leaseMs")
+}
+
+// MatchesLease reports whether id, a lease id as a client has it (Lease.ID), names this
+// lease: LeaseID itself, or "<owner>#<LeaseSuffix>" for any owner.
+func (h *LockHolder) MatchesLease(id string) bool {
+	return h != nil && matchesLease(h.LeaseID, h.LeaseSuffix, id)
+}
+
+func matchesLease(leaseID, suffix, id string) bool {
+	return id != "" && (id == leaseID || (suffix != "" && strings.HasSuffix(id, nsSeparator+suffix)))
+}
+
+// lockHolderFields is LockHolder without its JSON methods.
+type lockHolderFields LockHolder
+
+type lockHolderJSON struct {
+	lockHolderFields
+	Lease   string `json:"lease,omitempty"`
+	LeaseMs int64  `json:"leaseMs,omitempty"`
+}
+
+// MarshalJSON writes the lease duration as "lease" ("2.5s") and "leaseMs" (2500).
+func (h LockHolder) MarshalJSON() ([]byte, error) {
+	v := lockHolderJSON{lockHolderFields: lockHolderFields(h)}
+	if h.Lease > 0 {
+		v.Lease, v.LeaseMs = h.Lease.String(), h.Lease.Milliseconds()
+	}
+	return json.Marshal(v)
+}
+
+// UnmarshalJSON reads what MarshalJSON writes.
+func (h *LockHolder) UnmarshalJSON(b []byte) error {
+	var v lockHolderJSON
+	if err := json.Unmarshal(b, &v); err != nil {
+		return err
+	}
+	*h = LockHolder(v.lockHolderFields)
+	switch {
+	case v.Lease != "":
+		d, err := time.ParseDuration(v.Lease)
+		if err != nil {
+			return fmt.Errorf("lockcore: holder lease %q: %w", v.Lease, err)
+		}
+		h.Lease = d
+	default:
+		h.Lease = time.Duration(v.LeaseMs) * time.Millisecond
+	}
+	return nil
 }
 
 // Waiter is one client waiting for a Mutex, TicketLock or Queue (Show) or an ItemLocker's
 // item (ShowItem), in the order it will enter.
 type Waiter struct {
-	Position  int       `json:"position"` // 1: next to enter
-	Ticket    int64     `json:"ticket"`
-	Owner     string    `json:"owner,omitempty"`    // Queue only (ticket entries carry no names)
-	LeaseID   string    `json:"leaseId"`            // "ticket N" for a TicketLock
-	Heartbeat time.Time `json:"heartbeat,omitzero"` // Queue only
-	Until     time.Time `json:"leaseEnd,omitzero"`  // Queue only
-	Revision  int64     `json:"revision,omitempty"`
-	Abandoned bool      `json:"abandoned,omitempty"` // Queue only: lease end + skew passed
+	Position int    `json:"position"` // 1: next to enter
+	Ticket   int64  `json:"ticket"`
+	Owner    string `json:"owner,omitempty"` // Queue only (ticket entries carry no names)
+	LeaseID  string `json:"leaseId"`         // "ticket N" for a TicketLock
+	// LeaseSuffix: as LockHolder's, for a waiter whose LeaseID reads "ticket N".
+	LeaseSuffix string    `json:"leaseIdSuffix,omitempty"`
+	Heartbeat   time.Time `json:"heartbeat,omitzero"` // Queue only
+	Until       time.Time `json:"leaseEnd,omitzero"`  // Queue only
+	Revision    int64     `json:"revision,omitempty"`
+	Abandoned   bool      `json:"abandoned,omitempty"` // Queue only: lease end + skew passed
 }
 
 // TicketCounters are the counters of a TicketLock (Serving, Next, Released, Skipped) or
@@ -161,14 +219,71 @@ type Lock struct {
 	Revision int64           `json:"revision"`
 	Waiters  []Waiter        `json:"waiters,omitempty"`
 	Tickets  *TicketCounters `json:"tickets,omitempty"`
-	Data     []byte          `json:"data,omitempty"`        // Mutex: data stored with the lease
-	Expires  time.Time       `json:"ttlExpiresAt,omitzero"` // the row's TTL (Queue: the counter's, none)
+	// Data is the data stored with the lease (Mutex). In JSON it is "data", the text
+	// itself when it is valid UTF-8 ("dataEncoding": "text"), else base64
+	// ("dataEncoding": "base64").
+	Data    []byte    `json:"-"`
+	Expires time.Time `json:"ttlExpiresAt,omitzero"` // the row's TTL (Queue: the counter's, none)
 	// LastForced is the last force-release recorded on the lock row.
 	LastForced *ForceRecord `json:"lastForced,omitempty"`
 	// Audit holds the force-release history rows, oldest first (Show only).
 	Audit []ForceRecord `json:"audit,omitempty"`
 	// ReadAt is the Inspector's clock when the lock was read.
 	ReadAt time.Time `json:"readAt"`
+}
+
+// lockFields is Lock without its JSON methods.
+type lockFields Lock
+
+type lockJSON struct {
+	lockFields
+	Data         *string `json:"data,omitempty"`
+	DataEncoding string  `json:"dataEncoding,omitempty"`
+}
+
+// Data encodings in a Lock's JSON.
+const (
+	dataText   = "text"
+	dataBase64 = "base64"
+)
+
+// MarshalJSON writes Data as readable text when it is valid UTF-8, else as base64, and
+// says which in "dataEncoding".
+func (l Lock) MarshalJSON() ([]byte, error) {
+	v := lockJSON{lockFields: lockFields(l)}
+	if len(l.Data) > 0 {
+		d, enc := string(l.Data), dataText
+		if !utf8.Valid(l.Data) {
+			d, enc = base64.StdEncoding.EncodeToString(l.Data), dataBase64
+		}
+		v.Data, v.DataEncoding = &d, enc
+	}
+	return json.Marshal(v)
+}
+
+// UnmarshalJSON reads what MarshalJSON writes.
+func (l *Lock) UnmarshalJSON(b []byte) error {
+	var v lockJSON
+	if err := json.Unmarshal(b, &v); err != nil {
+		return err
+	}
+	*l = Lock(v.lockFields)
+	if v.Data == nil {
+		return nil
+	}
+	switch v.DataEncoding {
+	case dataBase64:
+		d, err := base64.StdEncoding.DecodeString(*v.Data)
+		if err != nil {
+			return fmt.Errorf("lockcore: lock data: %w", err)
+		}
+		l.Data = d
+	case dataText, "":
+		l.Data = []byte(*v.Data)
+	default:
+		return fmt.Errorf("lockcore: lock data encoding %q: want text or base64", v.DataEncoding)
+	}
+	return nil
 }
 
 // DefaultInspectSkew is the wall-clock skew allowance an Inspector adds to a holder's
@@ -434,6 +549,9 @@ func (in *Inspector) fairMutexLock(it item, now time.Time) Lock {
 	if row.busy() && row.servedEntry {
 		h := row.holder()
 		l.Holder = &LockHolder{Owner: h.Owner, LeaseID: h.LeaseID, Ticket: row.serving, Until: h.Until, Lease: h.Lease}
+		if h.Owner == "" { // "ticket N": the entry id still names the lease
+			l.Holder.LeaseSuffix = row.entryID(row.serving)
+		}
 		if row.hFor == row.serving {
 			l.Holder.AcquiredAt = msTime(it, attrHSince)
 		}
@@ -451,9 +569,9 @@ func (in *Inspector) fairMutexLock(it item, now time.Time) Lock {
 	}
 	slices.Sort(tickets)
 	for i, tk := range tickets {
-		w := Waiter{Position: i + 1, Ticket: tk, LeaseID: ticketLeaseID(tk)}
+		w := Waiter{Position: i + 1, Ticket: tk, LeaseID: ticketLeaseID(tk), LeaseSuffix: row.entryID(tk)}
 		if owner := row.details[tk].owner; owner != "" { // a row of the first ticket-format release
-			w.Owner, w.LeaseID = owner, owner+nsSeparator+row.entryID(tk)
+			w.Owner, w.LeaseID, w.LeaseSuffix = owner, owner+nsSeparator+row.entryID(tk), ""
 		}
 		l.Waiters = append(l.Waiters, w)
 	}
@@ -472,7 +590,8 @@ func (in *Inspector) ticketLock(it item, ns string, now time.Time) Lock {
 	if row.exists && row.serving <= row.next && row.servedEntry {
 		l.State = LockHeld
 		l.Holder = &LockHolder{LeaseID: ticketLeaseID(row.serving), Ticket: row.serving,
-			Lease: time.Duration(row.leaseMs) * time.Millisecond}
+			LeaseSuffix: strings.TrimPrefix(row.waiters[row.serving], waiterPrefix),
+			Lease:       time.Duration(row.leaseMs) * time.Millisecond}
 	}
 	var tickets []int64
 	for tk := range row.waiters {
@@ -482,7 +601,8 @@ func (in *Inspector) ticketLock(it item, ns string, now time.Time) Lock {
 	}
 	slices.Sort(tickets)
 	for i, tk := range tickets {
-		l.Waiters = append(l.Waiters, Waiter{Position: i + 1, Ticket: tk, LeaseID: ticketLeaseID(tk)})
+		l.Waiters = append(l.Waiters, Waiter{Position: i + 1, Ticket: tk, LeaseID: ticketLeaseID(tk),
+			LeaseSuffix: strings.TrimPrefix(row.waiters[tk], waiterPrefix)})
 	}
 	return l
 }

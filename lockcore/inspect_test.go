@@ -2,9 +2,12 @@ package lockcore_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"reflect"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -743,4 +746,139 @@ func sv(v string) *types.AttributeValueMemberS { return &types.AttributeValueMem
 
 func nv(v int64) *types.AttributeValueMemberN {
 	return &types.AttributeValueMemberN{Value: fmt.Sprint(v)}
+}
+
+// A token is shown as its number and, when it has a row-life epoch, its parts: the raw
+// epoch<<32|seq number alone (4294967297) tells an operator nothing.
+func TestFenceString(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		f    lockcore.Fence
+		want string
+	}{
+		{4294967297, "4294967297 (epoch 1, seq 1)"},
+		{3<<32 | 17, "12884901905 (epoch 3, seq 17)"},
+		{7, "7"}, // a Queue ticket, an ItemLocker's count
+		{0, "0"},
+	} {
+		if got := c.f.String(); got != c.want {
+			t.Errorf("Fence(%d).String() = %q, want %q", int64(c.f), got, c.want)
+		}
+		if got := fmt.Sprintf("%d", c.f); got != fmt.Sprint(int64(c.f)) {
+			t.Errorf("%%d of Fence(%d) = %q, want the number", int64(c.f), got)
+		}
+	}
+	if got := (lockcore.FenceInfo{Token: 4294967297, Epoch: 1, Seq: 1}).String(); got != "4294967297 (epoch 1, seq 1)" {
+		t.Errorf("FenceInfo.String() = %q", got)
+	}
+}
+
+// The JSON of a Lock is read by people and scripts: a lease duration as nanoseconds
+// ("leaseNanos": 3000000000) and data as base64 ("b3JkLTE=") were unreadable. A lease is
+// "lease": "3s" plus "leaseMs": 3000; data valid UTF-8 is the text, other data base64,
+// and "dataEncoding" says which. Both read back into the same Lock.
+func TestLockJSONReadable(t *testing.T) {
+	t.Parallel()
+	at := time.Date(2026, 11, 24, 1, 43, 44, 607e6, time.UTC)
+	for _, c := range []struct {
+		data []byte
+		want []string
+	}{
+		{[]byte("ord-1043"), []string{`"data": "ord-1043"`, `"dataEncoding": "text"`}},
+		{[]byte{0xff, 0x00, 0x01}, []string{`"data": "/wAB"`, `"dataEncoding": "base64"`}},
+		{nil, nil},
+	} {
+		l := lockcore.Lock{Key: "sku#GPU", Namespace: "lock", Strategy: lockcore.StrategyMutex, State: lockcore.LockHeld,
+			Holder: &lockcore.LockHolder{Owner: "op", LeaseID: "op#abc", AcquiredAt: at, Until: at.Add(2500 * time.Millisecond),
+				Lease: 2500 * time.Millisecond},
+			Fence: lockcore.FenceInfo{Token: 4294967297, Epoch: 1, Seq: 1}, Revision: 3, Data: c.data, ReadAt: at}
+		b, err := json.MarshalIndent(l, "", " ")
+		if err != nil {
+			t.Fatal(err)
+		}
+		js := string(b)
+		for _, w := range append([]string{`"lease": "2.5s"`, `"leaseMs": 2500`, `"leaseId": "op#abc"`, `"token": 4294967297`}, c.want...) {
+			if !strings.Contains(js, w) {
+				t.Errorf("JSON lacks %s:\n%s", w, js)
+			}
+		}
+		if strings.Contains(js, "Nanos") || (c.data == nil && strings.Contains(js, `"data`)) {
+			t.Errorf("JSON:\n%s", js)
+		}
+		var back lockcore.Lock
+		if err := json.Unmarshal(b, &back); err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(back, l) {
+			t.Errorf("round trip:\n got %+v %+v\nwant %+v %+v", back, back.Holder, l, l.Holder)
+		}
+	}
+}
+
+// A holder's lease id, as its process logs it ("orderprocessor-7f3a#yA3b_9Qz"), must be
+// findable in what the Inspector shows: a TicketLock's holder and waiters, and a Mutex
+// holder handed the lock (before its first heartbeat records its owner), read "ticket
+// N". Their LeaseSuffix is the lease id's part after the owner.
+func TestInspectLeaseSuffix(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ctx := ctxT(t, time.Minute)
+	in := inspector(t, e)
+	type locker interface {
+		Acquire(ctx context.Context, key string, opts ...lockcore.AcquireOption) (*lockcore.Lease, error)
+	}
+	tl := func(owner string) locker { l, _ := lockcore.NewTicketLock(e.db, e.locks, fast(owner)...); return l }
+	mx := func(owner string) locker {
+		// A long lease: a holder entering with less than half of it left renews at
+		// once, which records its owner.
+		l, _ := lockcore.NewMutex(e.db, e.locks, fast(owner, lockcore.WithHeartbeat(0), lockcore.WithLease(time.Minute))...)
+		return l
+	}
+	for _, c := range []struct {
+		name string
+		st   lockcore.Strategy
+		mk   func(string) locker
+	}{{"ticket", lockcore.StrategyTicket, tl}, {"mutex", lockcore.StrategyMutex, mx}} {
+		key := "suffix-" + c.name
+		la, err := c.mk("a").Acquire(ctx, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := make(chan *lockcore.Lease, 1)
+		go func() {
+			lb, err := c.mk("orderprocessor-7f3a").Acquire(ctx, key)
+			if err != nil {
+				t.Error(err)
+			}
+			got <- lb
+		}()
+		var lk lockcore.Lock
+		waitFor(t, 10*time.Second, c.name+" waiter", func() bool {
+			lk = showOne(t, ctx, in, key, lockcore.ShowOptions{Strategy: c.st})
+			return len(lk.Waiters) == 1
+		})
+		if c.st == lockcore.StrategyTicket && !lk.Holder.MatchesLease(la.ID()) {
+			t.Errorf("%s: holder %+v does not match its lease id %s", c.name, lk.Holder, la.ID())
+		}
+		w := lk.Waiters[0]
+		if err := la.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		lb := <-got
+		if lb == nil {
+			t.FailNow()
+		}
+		if w.LeaseID != "ticket 2" || w.LeaseSuffix == "" || !strings.HasSuffix(lb.ID(), "#"+w.LeaseSuffix) {
+			t.Errorf("%s: waiter %+v, its lease became %s", c.name, w, lb.ID())
+		}
+		h := showOne(t, ctx, in, key, lockcore.ShowOptions{Strategy: c.st}).Holder
+		if h == nil || !h.MatchesLease(lb.ID()) || h.MatchesLease(la.ID()) ||
+			(h.Owner == "" && (h.LeaseID != "ticket 2" || h.LeaseSuffix != strings.TrimPrefix(lb.ID(), "orderprocessor-7f3a#"))) ||
+			(h.Owner != "" && h.LeaseID != lb.ID()) {
+			t.Errorf("%s: holder handed the lock %+v, its lease id %s", c.name, h, lb.ID())
+		}
+		if err := lb.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
 }
