@@ -194,6 +194,10 @@ type Waiter struct {
 	Abandoned   bool      `json:"abandoned,omitempty"` // Queue only: lease end + skew passed
 }
 
+// MatchesLease reports whether id, a lease id as a client has it (Lease.ID), names this
+// waiter: LeaseID itself, or "<owner>#<LeaseSuffix>" for any owner.
+func (w Waiter) MatchesLease(id string) bool { return matchesLease(w.LeaseID, w.LeaseSuffix, id) }
+
 // TicketCounters are the counters of a TicketLock (Serving, Next, Released, Skipped) or
 // a Queue (Next only: the last ticket issued).
 type TicketCounters struct {
