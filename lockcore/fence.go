@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"hash/fnv"
+	"strconv"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/expression"
@@ -35,6 +36,19 @@ func (f Fence) Epoch() int64 { return int64(f) >> 32 }
 
 // Seq returns the acquisition number within the row life.
 func (f Fence) Seq() int64 { return int64(f) & 0xffffffff }
+
+// String formats the token for people, as every lockcore tool shows it: the number
+// (what FenceCondition compares and `turnstile locks release --token` takes) and, for a
+// token with a row-life epoch (Mutex, TicketLock), its parts, "4294967297 (epoch 1,
+// seq 1)": the raw number alone hides that this is the first acquisition of the row's
+// first life. A token without an epoch (a Queue's ticket, an ItemLocker's acquisition
+// count) is the plain number.
+func (f Fence) String() string {
+	if f.Epoch() == 0 {
+		return strconv.FormatInt(int64(f), 10)
+	}
+	return fmt.Sprintf("%d (epoch %d, seq %d)", int64(f), f.Epoch(), f.Seq())
+}
 
 func keeperKey(key string) string {
 	h := fnv.New32a()

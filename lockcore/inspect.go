@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/expression"
@@ -105,36 +106,97 @@ type FenceInfo struct {
 
 func fenceInfo(f Fence) FenceInfo { return FenceInfo{Token: f, Epoch: f.Epoch(), Seq: f.Seq()} }
 
-// String formats the token as "token (epoch E, seq S)".
-func (f FenceInfo) String() string {
-	return fmt.Sprintf("%d (epoch %d, seq %d)", int64(f.Token), f.Epoch, f.Seq)
-}
+// String formats the token as Fence.String does: "token (epoch E, seq S)", or the
+// plain number for a token without an epoch.
+func (f FenceInfo) String() string { return f.Token.String() }
 
 // LockHolder is the lease a lock is held under. Fields a strategy does not record are
 // zero: a TicketLock records no owner name, acquisition time or wall-clock lease end
 // (its LeaseID reads "ticket N").
+//
+// In JSON the lease duration is "lease", a Go duration string ("2.5s"), and "leaseMs",
+// the same in whole milliseconds (the unit lockcore records it in).
 type LockHolder struct {
-	Owner      string        `json:"owner,omitempty"`
-	LeaseID    string        `json:"leaseId"`
-	Ticket     int64         `json:"ticket,omitempty"`     // TicketLock and Queue
-	AcquiredAt time.Time     `json:"acquiredAt,omitzero"`  // Mutex; ItemLocker: last acquisition or renewal
-	Heartbeat  time.Time     `json:"heartbeat,omitzero"`   // Queue: last heartbeat (holder's clock)
-	Until      time.Time     `json:"leaseEnd,omitzero"`    // holder's wall-clock lease end
-	Lease      time.Duration `json:"leaseNanos,omitempty"` // lease duration
+	Owner   string `json:"owner,omitempty"`
+	LeaseID string `json:"leaseId"`
+	// LeaseSuffix is set when LeaseID reads "ticket N" but the row names the ticket's
+	// entry (a TicketLock; a Mutex holder handed the lock, until its first heartbeat
+	// records its owner): the holder's lease id, as its process logs it, is
+	// "<owner>#<LeaseSuffix>".
+	LeaseSuffix string        `json:"leaseIdSuffix,omitempty"`
+	Ticket      int64         `json:"ticket,omitempty"`    // TicketLock and Queue
+	AcquiredAt  time.Time     `json:"acquiredAt,omitzero"` // Mutex; ItemLocker: last acquisition or renewal
+	Heartbeat   time.Time     `json:"heartbeat,omitzero"`  // Queue: last heartbeat (holder's clock)
+	Until       time.Time     `json:"leaseEnd,omitzero"`   // holder's wall-clock lease end
+	Lease       time.Duration `json:"-"`                   // lease duration (JSON: "lease", "leaseMs")
+}
+
+// MatchesLease reports whether id, a lease id as a client has it (Lease.ID), names this
+// lease: LeaseID itself, or "<owner>#<LeaseSuffix>" for any owner.
+func (h *LockHolder) MatchesLease(id string) bool {
+	return h != nil && matchesLease(h.LeaseID, h.LeaseSuffix, id)
+}
+
+func matchesLease(leaseID, suffix, id string) bool {
+	return id != "" && (id == leaseID || (suffix != "" && strings.HasSuffix(id, nsSeparator+suffix)))
+}
+
+// lockHolderFields is LockHolder without its JSON methods.
+type lockHolderFields LockHolder
+
+type lockHolderJSON struct {
+	lockHolderFields
+	Lease   string `json:"lease,omitempty"`
+	LeaseMs int64  `json:"leaseMs,omitempty"`
+}
+
+// MarshalJSON writes the lease duration as "lease" ("2.5s") and "leaseMs" (2500).
+func (h LockHolder) MarshalJSON() ([]byte, error) {
+	v := lockHolderJSON{lockHolderFields: lockHolderFields(h)}
+	if h.Lease > 0 {
+		v.Lease, v.LeaseMs = h.Lease.String(), h.Lease.Milliseconds()
+	}
+	return json.Marshal(v)
+}
+
+// UnmarshalJSON reads what MarshalJSON writes.
+func (h *LockHolder) UnmarshalJSON(b []byte) error {
+	var v lockHolderJSON
+	if err := json.Unmarshal(b, &v); err != nil {
+		return err
+	}
+	*h = LockHolder(v.lockHolderFields)
+	switch {
+	case v.Lease != "":
+		d, err := time.ParseDuration(v.Lease)
+		if err != nil {
+			return fmt.Errorf("lockcore: holder lease %q: %w", v.Lease, err)
+		}
+		h.Lease = d
+	default:
+		h.Lease = time.Duration(v.LeaseMs) * time.Millisecond
+	}
+	return nil
 }
 
 // Waiter is one client waiting for a Mutex, TicketLock or Queue (Show) or an ItemLocker's
 // item (ShowItem), in the order it will enter.
 type Waiter struct {
-	Position  int       `json:"position"` // 1: next to enter
-	Ticket    int64     `json:"ticket"`
-	Owner     string    `json:"owner,omitempty"`    // Queue only (ticket entries carry no names)
-	LeaseID   string    `json:"leaseId"`            // "ticket N" for a TicketLock
-	Heartbeat time.Time `json:"heartbeat,omitzero"` // Queue only
-	Until     time.Time `json:"leaseEnd,omitzero"`  // Queue only
-	Revision  int64     `json:"revision,omitempty"`
-	Abandoned bool      `json:"abandoned,omitempty"` // Queue only: lease end + skew passed
+	Position int    `json:"position"` // 1: next to enter
+	Ticket   int64  `json:"ticket"`
+	Owner    string `json:"owner,omitempty"` // Queue only (ticket entries carry no names)
+	LeaseID  string `json:"leaseId"`         // "ticket N" for a TicketLock
+	// LeaseSuffix: as LockHolder's, for a waiter whose LeaseID reads "ticket N".
+	LeaseSuffix string    `json:"leaseIdSuffix,omitempty"`
+	Heartbeat   time.Time `json:"heartbeat,omitzero"` // Queue only
+	Until       time.Time `json:"leaseEnd,omitzero"`  // Queue only
+	Revision    int64     `json:"revision,omitempty"`
+	Abandoned   bool      `json:"abandoned,omitempty"` // Queue only: lease end + skew passed
 }
+
+// MatchesLease reports whether id, a lease id as a client has it (Lease.ID), names this
+// waiter: LeaseID itself, or "<owner>#<LeaseSuffix>" for any owner.
+func (w Waiter) MatchesLease(id string) bool { return matchesLease(w.LeaseID, w.LeaseSuffix, id) }
 
 // TicketCounters are the counters of a TicketLock (Serving, Next, Released, Skipped) or
 // a Queue (Next only: the last ticket issued).
@@ -161,14 +223,71 @@ type Lock struct {
 	Revision int64           `json:"revision"`
 	Waiters  []Waiter        `json:"waiters,omitempty"`
 	Tickets  *TicketCounters `json:"tickets,omitempty"`
-	Data     []byte          `json:"data,omitempty"`        // Mutex: data stored with the lease
-	Expires  time.Time       `json:"ttlExpiresAt,omitzero"` // the row's TTL (Queue: the counter's, none)
+	// Data is the data stored with the lease (Mutex). In JSON it is "data", the text
+	// itself when it is valid UTF-8 ("dataEncoding": "text"), else base64
+	// ("dataEncoding": "base64").
+	Data    []byte    `json:"-"`
+	Expires time.Time `json:"ttlExpiresAt,omitzero"` // the row's TTL (Queue: the counter's, none)
 	// LastForced is the last force-release recorded on the lock row.
 	LastForced *ForceRecord `json:"lastForced,omitempty"`
 	// Audit holds the force-release history rows, oldest first (Show only).
 	Audit []ForceRecord `json:"audit,omitempty"`
 	// ReadAt is the Inspector's clock when the lock was read.
 	ReadAt time.Time `json:"readAt"`
+}
+
+// lockFields is Lock without its JSON methods.
+type lockFields Lock
+
+type lockJSON struct {
+	lockFields
+	Data         *string `json:"data,omitempty"`
+	DataEncoding string  `json:"dataEncoding,omitempty"`
+}
+
+// Data encodings in a Lock's JSON.
+const (
+	dataText   = "text"
+	dataBase64 = "base64"
+)
+
+// MarshalJSON writes Data as readable text when it is valid UTF-8, else as base64, and
+// says which in "dataEncoding".
+func (l Lock) MarshalJSON() ([]byte, error) {
+	v := lockJSON{lockFields: lockFields(l)}
+	if len(l.Data) > 0 {
+		d, enc := string(l.Data), dataText
+		if !utf8.Valid(l.Data) {
+			d, enc = base64.StdEncoding.EncodeToString(l.Data), dataBase64
+		}
+		v.Data, v.DataEncoding = &d, enc
+	}
+	return json.Marshal(v)
+}
+
+// UnmarshalJSON reads what MarshalJSON writes.
+func (l *Lock) UnmarshalJSON(b []byte) error {
+	var v lockJSON
+	if err := json.Unmarshal(b, &v); err != nil {
+		return err
+	}
+	*l = Lock(v.lockFields)
+	if v.Data == nil {
+		return nil
+	}
+	switch v.DataEncoding {
+	case dataBase64:
+		d, err := base64.StdEncoding.DecodeString(*v.Data)
+		if err != nil {
+			return fmt.Errorf("lockcore: lock data: %w", err)
+		}
+		l.Data = d
+	case dataText, "":
+		l.Data = []byte(*v.Data)
+	default:
+		return fmt.Errorf("lockcore: lock data encoding %q: want text or base64", v.DataEncoding)
+	}
+	return nil
 }
 
 // DefaultInspectSkew is the wall-clock skew allowance an Inspector adds to a holder's
@@ -249,7 +368,8 @@ func (in *Inspector) Table() string { return in.table }
 // Row kinds by sort key: "<ns>" (Mutex), "<ns>#ticket" (TicketLock), "<ns>#counter" and
 // "<ns>#t#<ticket>" (Queue), "<ns>#audit#<strategy>#<time>#<id>" (force-release audit).
 // A Queue's "<ns>#resv" row (its places in line) says nothing about who holds or waits
-// and is skipped as rowUnknown.
+// and is skipped as rowUnknown. The sort key only proposes a kind: lockRow confirms it
+// by the row's attributes.
 type rowKind int
 
 const (
@@ -281,6 +401,99 @@ func classifySK(sk string) (rowKind, string) {
 		return rowAudit, ns
 	}
 	return rowUnknown, ns
+}
+
+// lockRow classifies a row of the lock table: by its sort key, and then by the
+// attributes lockcore always writes on a row of that kind. A lock table may hold other
+// items with the same key shape (an application's own rows, data items an ItemLocker
+// locks there), and their sort keys may look like a lock's ("lock", "jobs#counter"):
+// the sort key alone would list each of them as a released lock. Anything that is not
+// a lock row of lockcore is rowUnknown.
+//
+// The attributes every row of a kind carries, however it was last written:
+//
+//   - Mutex, ticket format: state "fair", fence, serving, rev (numbers) and life (a
+//     string), all set by the take that made the row ticket-format;
+//   - Mutex, previous release's format: state "held" or "released", leaseId (a string)
+//     and rev (a number), set by its every acquisition;
+//   - TicketLock: next, serving, rev (numbers) and life (a string), set by the first take;
+//   - Mutex or TicketLock row made by a withdrawn ticket request that never landed
+//     (withdrawUnknown on an absent row): only w#<id> tombstones and expiresAt;
+//   - Queue counter: next (a number);
+//   - Queue ticket row: ticket (a number, the one its sort key spells), leaseId (a
+//     string), rev (a number);
+//   - audit row: strategy, namespace (its sort key's) and forcedId (strings), forcedAt
+//     (a number).
+func lockRow(it item) (rowKind, string) {
+	kind, ns := classifySK(attrS(it, attrSK))
+	if ns == "" || attrS(it, attrPK) == "" {
+		return rowUnknown, ns
+	}
+	ok := false
+	switch kind {
+	case rowMutex:
+		ok = isMutexRow(it)
+	case rowTicket:
+		ok = (hasN(it, attrNext, attrServing, attrRev) && attrS(it, attrLife) != "") || isBareRow(it)
+	case rowQueueCounter:
+		ok = hasN(it, attrNext)
+	case rowQueueTicket:
+		tk, has := attrN(it, attrTicket)
+		ok = has && tk > 0 && attrS(it, attrSK) == ticketSK(ns, tk) && attrS(it, attrLeaseID) != "" && hasN(it, attrRev)
+	case rowAudit:
+		ok = attrS(it, attrAuditStrategy) != "" && attrS(it, attrAuditNS) == ns && attrS(it, attrForcedID) != "" && hasN(it, attrForcedAt)
+	}
+	if !ok {
+		return rowUnknown, ns
+	}
+	return kind, ns
+}
+
+func isMutexRow(it item) bool {
+	if _, has := it[attrState]; !has {
+		return isBareRow(it)
+	}
+	switch attrS(it, attrState) {
+	case stateFair:
+		return hasN(it, attrFence, attrServing, attrRev) && attrS(it, attrLife) != ""
+	case stateHeld, stateReleased:
+		return hasN(it, attrRev) && attrS(it, attrLeaseID) != ""
+	}
+	return false
+}
+
+// isBareRow reports a row that holds nothing but tombstones of ticket requests (and
+// its TTL): what a withdrawn, never-landed request of a Mutex or TicketLock leaves on a
+// row that did not exist. The next take turns it into a full row.
+func isBareRow(it item) bool {
+	tombs := 0
+	for k, v := range it {
+		switch {
+		case k == attrPK || k == attrSK:
+		case k == attrExpiresAt:
+			if _, ok := v.(*types.AttributeValueMemberN); !ok {
+				return false
+			}
+		case strings.HasPrefix(k, waiterPrefix):
+			if t, ok := v.(*types.AttributeValueMemberS); !ok || !strings.HasPrefix(t.Value, tombPrefix) {
+				return false
+			}
+			tombs++
+		default:
+			return false
+		}
+	}
+	return tombs > 0
+}
+
+// hasN reports whether every one of attrs is a number attribute of it.
+func hasN(it item, attrs ...string) bool {
+	for _, a := range attrs {
+		if _, ok := attrN(it, a); !ok {
+			return false
+		}
+	}
+	return true
 }
 
 func (in *Inspector) abandoned(until time.Time, now time.Time) bool {
@@ -340,6 +553,9 @@ func (in *Inspector) fairMutexLock(it item, now time.Time) Lock {
 	if row.busy() && row.servedEntry {
 		h := row.holder()
 		l.Holder = &LockHolder{Owner: h.Owner, LeaseID: h.LeaseID, Ticket: row.serving, Until: h.Until, Lease: h.Lease}
+		if h.Owner == "" { // "ticket N": the entry id still names the lease
+			l.Holder.LeaseSuffix = row.entryID(row.serving)
+		}
 		if row.hFor == row.serving {
 			l.Holder.AcquiredAt = msTime(it, attrHSince)
 		}
@@ -357,9 +573,9 @@ func (in *Inspector) fairMutexLock(it item, now time.Time) Lock {
 	}
 	slices.Sort(tickets)
 	for i, tk := range tickets {
-		w := Waiter{Position: i + 1, Ticket: tk, LeaseID: ticketLeaseID(tk)}
+		w := Waiter{Position: i + 1, Ticket: tk, LeaseID: ticketLeaseID(tk), LeaseSuffix: row.entryID(tk)}
 		if owner := row.details[tk].owner; owner != "" { // a row of the first ticket-format release
-			w.Owner, w.LeaseID = owner, owner+nsSeparator+row.entryID(tk)
+			w.Owner, w.LeaseID, w.LeaseSuffix = owner, owner+nsSeparator+row.entryID(tk), ""
 		}
 		l.Waiters = append(l.Waiters, w)
 	}
@@ -378,7 +594,8 @@ func (in *Inspector) ticketLock(it item, ns string, now time.Time) Lock {
 	if row.exists && row.serving <= row.next && row.servedEntry {
 		l.State = LockHeld
 		l.Holder = &LockHolder{LeaseID: ticketLeaseID(row.serving), Ticket: row.serving,
-			Lease: time.Duration(row.leaseMs) * time.Millisecond}
+			LeaseSuffix: strings.TrimPrefix(row.waiters[row.serving], waiterPrefix),
+			Lease:       time.Duration(row.leaseMs) * time.Millisecond}
 	}
 	var tickets []int64
 	for tk := range row.waiters {
@@ -388,7 +605,8 @@ func (in *Inspector) ticketLock(it item, ns string, now time.Time) Lock {
 	}
 	slices.Sort(tickets)
 	for i, tk := range tickets {
-		l.Waiters = append(l.Waiters, Waiter{Position: i + 1, Ticket: tk, LeaseID: ticketLeaseID(tk)})
+		l.Waiters = append(l.Waiters, Waiter{Position: i + 1, Ticket: tk, LeaseID: ticketLeaseID(tk),
+			LeaseSuffix: strings.TrimPrefix(row.waiters[tk], waiterPrefix)})
 	}
 	return l
 }
@@ -453,7 +671,7 @@ func (in *Inspector) Show(ctx context.Context, key string, opts ShowOptions) ([]
 	kc := expression.Key(attrPK).Equal(expression.Value(key))
 	if opts.Namespace != "" {
 		// The namespace's rows: "<ns>" itself and "<ns>#...". begins_with("<ns>") also
-		// matches longer namespaces ("<ns>x"): classifySK filters those out below.
+		// matches longer namespaces ("<ns>x"): the namespace test below filters those out.
 		kc = kc.And(expression.Key(attrSK).BeginsWith(opts.Namespace))
 	}
 	items, err := in.query(ctx, kc, true)
@@ -502,7 +720,7 @@ func (in *Inspector) assemble(items []item, now time.Time, keep func(rowKind, st
 	counters := map[qkey]item{}
 	var queueOrder []qkey
 	for _, it := range items {
-		kind, ns := classifySK(attrS(it, attrSK))
+		kind, ns := lockRow(it)
 		switch kind {
 		case rowAudit:
 			r := auditRecord(it)
@@ -587,7 +805,8 @@ func (in *Inspector) query(ctx context.Context, kc expression.KeyConditionBuilde
 type ListOptions struct {
 	// PageSize bounds the rows DynamoDB reads for this page (Scan's Limit); 0 reads up
 	// to DynamoDB's 1 MB page. A page may hold fewer locks than rows read (lockcore's
-	// own rows, queue ticket rows and audit rows are not locks; States filters).
+	// own rows, queue ticket rows and audit rows are not locks, nor are items of other
+	// kinds the table holds; States filters).
 	PageSize int32
 	// PageToken continues a listing: the Next of the previous page ("" to start).
 	PageToken string
@@ -609,8 +828,12 @@ type ListPage struct {
 // List reads one page of the lock table with Scan and returns its locks: Mutex rows,
 // TicketLock rows and Queues (one entry per queue, from its counter row; its ticket
 // rows are read with a Query of that queue). lockcore's bookkeeping rows (partition
-// keys starting with "turnstile#") and audit rows are skipped. Call it again with
-// PageToken = Next until Next is "" (or use Each).
+// keys starting with "turnstile#") and audit rows are skipped, and so is every item
+// that is not a lock row: a row is recognised by the attributes lockcore always writes
+// on its kind (see lockRow), not by its sort key, so a table shared with other items
+// (an application's rows, data items locked by an ItemLocker: ShowItem reads those)
+// lists its locks only. Call it again with PageToken = Next until Next is "" (or use
+// Each).
 func (in *Inspector) List(ctx context.Context, opts ListOptions) (ListPage, error) {
 	if opts.PageSize < 0 {
 		return ListPage{}, invalidOption("pageSize", "must not be negative, got %d", opts.PageSize)
@@ -649,7 +872,7 @@ func (in *Inspector) List(ctx context.Context, opts ListOptions) (ListPage, erro
 	now := in.clock.Now()
 	var page ListPage
 	for _, it := range out.Items {
-		kind, ns := classifySK(attrS(it, attrSK))
+		kind, ns := lockRow(it) // not by sort key alone: the table may hold other items
 		var l Lock
 		switch kind {
 		case rowMutex:
@@ -663,6 +886,7 @@ func (in *Inspector) List(ctx context.Context, opts ListOptions) (ListPage, erro
 			if err != nil {
 				return ListPage{}, fmt.Errorf("lockcore: list %s: queue %q: %w", in.table, key, err)
 			}
+			rows = slices.DeleteFunc(rows, func(r item) bool { k, _ := lockRow(r); return k != rowQueueTicket })
 			l = in.queueLock(key, ns, it, rows, now)
 		default:
 			continue // queue ticket rows (read with their counter), audit rows

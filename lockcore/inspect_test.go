@@ -2,9 +2,12 @@ package lockcore_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"reflect"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -551,5 +554,331 @@ func TestForceReleaseTicketOfAnEarlierLife(t *testing.T) {
 	}
 	if err := lb.Renew(ctx); err != nil {
 		t.Fatalf("the live lease was ended: %v", err)
+	}
+}
+
+// A lock table may hold items that are not locks (an application's own rows, data items
+// an ItemLocker locks there), with the same key shape and even sort keys that look like
+// a lock's. List classified rows by sort key alone: every such item was listed as a
+// released lock (issue 26: 1,500 of 2,400 foreign rows), and Show took a foreign row
+// among a queue's ticket rows for its holder. Locks are recognised by the attributes
+// lockcore always writes on their rows; everything else is not a lock.
+func TestListSkipsForeignItems(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ctx := ctxT(t, 2*time.Minute)
+	want := map[string]lockcore.LockState{} // key/namespace/strategy → state
+	// Real lock rows, of every layout.
+	m, _ := lockcore.NewMutex(e.db, e.locks, fast("m", lockcore.WithHeartbeat(0))...)
+	lm, err := m.Acquire(ctx, "m-held", lockcore.Data([]byte("ord-1")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want["m-held/lock/mutex"] = lockcore.LockHeld
+	for _, k := range []string{"m-rel", "m-forced"} {
+		l, err := m.Acquire(ctx, k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if k == "m-rel" {
+			err = l.Release(ctx)
+		} else {
+			_, err = inspector(t, e).ForceRelease(ctx, k, lockcore.ForceOptions{Actor: "ops", Reason: "drill", LeaseID: l.ID()})
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		want[k+"/lock/mutex"] = lockcore.LockReleased
+	}
+	if err := (oldClient{db: e.db, table: e.locks, owner: "old"}).acquire(ctx, "m-old", "old#1"); err != nil {
+		t.Fatal(err) // a row in the previous release's format
+	}
+	want["m-old/lock/mutex"] = lockcore.LockHeld
+	tl, _ := lockcore.NewTicketLock(e.db, e.locks, fast("t")...)
+	lt, err := tl.Acquire(ctx, "t-held")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = lt.Release(ctx) }()
+	want["t-held/lock/ticket"] = lockcore.LockHeld
+	lr, err := tl.Acquire(ctx, "t-rel")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := lr.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	want["t-rel/lock/ticket"] = lockcore.LockReleased
+	// Rows made by a ticket request withdrawn before it landed: tombstones only.
+	for _, c := range []struct {
+		key string
+		st  lockcore.Strategy
+	}{{"m-bare", lockcore.StrategyMutex}, {"t-bare", lockcore.StrategyTicket}} {
+		cctx, cancel := context.WithCancel(ctx)
+		db := &unsentTake{DynamoDB: e.db, between: cancel}
+		if c.st == lockcore.StrategyMutex {
+			bm, _ := lockcore.NewMutex(db, e.locks, fast("b")...)
+			_, err = bm.Acquire(cctx, c.key)
+		} else {
+			bt, _ := lockcore.NewTicketLock(db, e.locks, fast("b")...)
+			_, err = bt.Acquire(cctx, c.key)
+		}
+		cancel()
+		if err == nil {
+			t.Fatalf("%s: Acquire succeeded without its ticket request", c.key)
+		}
+		want[c.key+"/lock/"+string(c.st)] = lockcore.LockReleased
+	}
+	q, _ := lockcore.NewQueue(e.db, e.locks, fast("q")...)
+	lq, err := q.Acquire(ctx, "q-held", lockcore.Namespace("jobs"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = lq.Release(ctx) }()
+	want["q-held/jobs/queue"] = lockcore.LockHeld
+	lq2, err := q.Acquire(ctx, "q-rel", lockcore.Namespace("jobs"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := lq2.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	want["q-rel/jobs/queue"] = lockcore.LockReleased
+	// Data items an ItemLocker locks, kept in the lock table with lock-like sort keys.
+	il, _ := lockcore.NewItemLocker(e.db, e.locks, fast("i")...)
+	for i, sk := range []string{"lock", "lock#ticket", "jobs#counter"} {
+		l, err := il.Acquire(ctx, map[string]types.AttributeValue{"pk": sv(fmt.Sprintf("item-%d", i)), "sk": sv(sk)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if i > 0 {
+			if err := l.Release(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+
+	// Foreign items: many, with the lock table's key shape and sort keys that read as
+	// every kind of lock row; some carry attributes a lock row has, but not all of them.
+	foreign := []map[string]types.AttributeValue{
+		{"pk": sv("q-held"), "sk": sv("jobs#t#0"), "note": sv("sorts before the queue's ticket rows")},
+		{"pk": sv("q-held"), "sk": sv("jobs#t#zzz"), "ticket": nv(1), "leaseId": sv("x#1"), "rev": nv(1)},
+		{"pk": sv("m-held"), "sk": sv("lock#audit#mutex#20260101T000000.000Z#f"), "note": sv("not an audit row")},
+		{"pk": sv("m-held"), "sk": sv("other"), "state": sv("released"), "rev": nv(1)},
+		{"pk": sv("f-fair"), "sk": sv("lock"), "state": sv("fair")},
+		{"pk": sv("f-held"), "sk": sv("lock"), "state": sv("held"), "leaseId": nv(7), "rev": nv(1)},
+		{"pk": sv("f-bare"), "sk": sv("lock"), "w#note": sv("hello")},
+		{"pk": sv("f-ticket"), "sk": sv("lock#ticket"), "next": nv(3)},
+		{"pk": sv("f-counter"), "sk": sv("jobs#counter"), "next": sv("7")},
+		{"pk": sv("f-empty"), "sk": sv("#ticket"), "next": nv(1), "serving": nv(1), "rev": nv(1), "life": sv("l")},
+	}
+	sks := []string{"lock", "STOCK", "lock#ticket", "jobs#counter", "jobs#resv", "jobs#t#00000000000000000001", "lock#audit#mutex#x#y"}
+	states := []string{"released", "held", "fair", "PAID"}
+	for i := range 400 {
+		foreign = append(foreign, map[string]types.AttributeValue{
+			"pk": sv(fmt.Sprintf("order#%04d", i)), "sk": sv(sks[i%len(sks)]),
+			"state": sv(states[i%len(states)]), "owner": sv("shop"), "qty": nv(int64(i)),
+		})
+	}
+	for i := 0; i < len(foreign); i += 25 {
+		var reqs []types.WriteRequest
+		for _, it := range foreign[i:min(i+25, len(foreign))] {
+			reqs = append(reqs, types.WriteRequest{PutRequest: &types.PutRequest{Item: it}})
+		}
+		in := map[string][]types.WriteRequest{e.locks: reqs}
+		for len(in) > 0 {
+			out, err := e.db.BatchWriteItem(ctx, &dynamodb.BatchWriteItemInput{RequestItems: in})
+			if err != nil {
+				t.Fatal(err)
+			}
+			in = out.UnprocessedItems
+		}
+	}
+
+	in := inspector(t, e)
+	for _, size := range []int32{0, 7} {
+		got := map[string]lockcore.LockState{}
+		err := in.Each(ctx, lockcore.ListOptions{PageSize: size, Consistent: true}, func(l lockcore.Lock) error {
+			id := l.Key + "/" + l.Namespace + "/" + string(l.Strategy)
+			if _, dup := got[id]; dup {
+				t.Errorf("%s listed twice", id)
+			}
+			got[id] = l.State
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var extra, wrong []string
+		for id, st := range got {
+			if w, ok := want[id]; !ok {
+				extra = append(extra, id+":"+string(st))
+			} else if w != st {
+				wrong = append(wrong, id+":"+string(st))
+			}
+		}
+		slices.Sort(extra)
+		if len(got) != len(want) || len(extra) > 0 || len(wrong) > 0 {
+			t.Fatalf("page size %d: listed %d locks, want the %d lock rows; %d not locks (first: %v), wrong state %v\nwant %v",
+				size, len(got), len(want), len(extra), extra[:min(len(extra), 8)], wrong, want)
+		}
+	}
+	// Show: a queue's holder is its first ticket row, not a foreign row sorting first;
+	// a lock's audit holds force-release records only.
+	got := showOne(t, ctx, in, "q-held", lockcore.ShowOptions{})
+	if got.Holder == nil || got.Holder.LeaseID != lq.ID() || len(got.Waiters) != 0 {
+		t.Fatalf("queue q-held: holder %+v waiters %+v, want %s alone", got.Holder, got.Waiters, lq.ID())
+	}
+	if got = showOne(t, ctx, in, "m-held", lockcore.ShowOptions{}); got.Holder == nil || got.Holder.LeaseID != lm.ID() || len(got.Audit) != 0 {
+		t.Fatalf("mutex m-held: holder %+v audit %+v", got.Holder, got.Audit)
+	}
+	if got = showOne(t, ctx, in, "m-forced", lockcore.ShowOptions{}); len(got.Audit) != 1 || got.Audit[0].Actor != "ops" {
+		t.Fatalf("mutex m-forced: audit %+v", got.Audit)
+	}
+	for _, k := range []string{"order#0000", "f-fair", "f-counter", "item-0", "item-1"} {
+		if locks, err := in.Show(ctx, k, lockcore.ShowOptions{}); !errors.Is(err, lockcore.ErrLockNotFound) {
+			t.Errorf("Show(%q) of foreign items: %+v, %v; want ErrLockNotFound", k, locks, err)
+		}
+	}
+}
+
+func sv(v string) *types.AttributeValueMemberS { return &types.AttributeValueMemberS{Value: v} }
+
+func nv(v int64) *types.AttributeValueMemberN {
+	return &types.AttributeValueMemberN{Value: fmt.Sprint(v)}
+}
+
+// A token is shown as its number and, when it has a row-life epoch, its parts: the raw
+// epoch<<32|seq number alone (4294967297) tells an operator nothing.
+func TestFenceString(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		f    lockcore.Fence
+		want string
+	}{
+		{4294967297, "4294967297 (epoch 1, seq 1)"},
+		{3<<32 | 17, "12884901905 (epoch 3, seq 17)"},
+		{7, "7"}, // a Queue ticket, an ItemLocker's count
+		{0, "0"},
+	} {
+		if got := c.f.String(); got != c.want {
+			t.Errorf("Fence(%d).String() = %q, want %q", int64(c.f), got, c.want)
+		}
+		if got := fmt.Sprintf("%d", c.f); got != fmt.Sprint(int64(c.f)) {
+			t.Errorf("%%d of Fence(%d) = %q, want the number", int64(c.f), got)
+		}
+	}
+	if got := (lockcore.FenceInfo{Token: 4294967297, Epoch: 1, Seq: 1}).String(); got != "4294967297 (epoch 1, seq 1)" {
+		t.Errorf("FenceInfo.String() = %q", got)
+	}
+}
+
+// The JSON of a Lock is read by people and scripts: a lease duration as nanoseconds
+// ("leaseNanos": 3000000000) and data as base64 ("b3JkLTE=") were unreadable. A lease is
+// "lease": "3s" plus "leaseMs": 3000; data valid UTF-8 is the text, other data base64,
+// and "dataEncoding" says which. Both read back into the same Lock.
+func TestLockJSONReadable(t *testing.T) {
+	t.Parallel()
+	at := time.Date(2026, 11, 24, 1, 43, 44, 607e6, time.UTC)
+	for _, c := range []struct {
+		data []byte
+		want []string
+	}{
+		{[]byte("ord-1043"), []string{`"data": "ord-1043"`, `"dataEncoding": "text"`}},
+		{[]byte{0xff, 0x00, 0x01}, []string{`"data": "/wAB"`, `"dataEncoding": "base64"`}},
+		{nil, nil},
+	} {
+		l := lockcore.Lock{Key: "sku#GPU", Namespace: "lock", Strategy: lockcore.StrategyMutex, State: lockcore.LockHeld,
+			Holder: &lockcore.LockHolder{Owner: "op", LeaseID: "op#abc", AcquiredAt: at, Until: at.Add(2500 * time.Millisecond),
+				Lease: 2500 * time.Millisecond},
+			Fence: lockcore.FenceInfo{Token: 4294967297, Epoch: 1, Seq: 1}, Revision: 3, Data: c.data, ReadAt: at}
+		b, err := json.MarshalIndent(l, "", " ")
+		if err != nil {
+			t.Fatal(err)
+		}
+		js := string(b)
+		for _, w := range append([]string{`"lease": "2.5s"`, `"leaseMs": 2500`, `"leaseId": "op#abc"`, `"token": 4294967297`}, c.want...) {
+			if !strings.Contains(js, w) {
+				t.Errorf("JSON lacks %s:\n%s", w, js)
+			}
+		}
+		if strings.Contains(js, "Nanos") || (c.data == nil && strings.Contains(js, `"data`)) {
+			t.Errorf("JSON:\n%s", js)
+		}
+		var back lockcore.Lock
+		if err := json.Unmarshal(b, &back); err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(back, l) {
+			t.Errorf("round trip:\n got %+v %+v\nwant %+v %+v", back, back.Holder, l, l.Holder)
+		}
+	}
+}
+
+// A holder's lease id, as its process logs it ("orderprocessor-7f3a#yA3b_9Qz"), must be
+// findable in what the Inspector shows: a TicketLock's holder and waiters, and a Mutex
+// holder handed the lock (before its first heartbeat records its owner), read "ticket
+// N". Their LeaseSuffix is the lease id's part after the owner.
+func TestInspectLeaseSuffix(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ctx := ctxT(t, time.Minute)
+	in := inspector(t, e)
+	type locker interface {
+		Acquire(ctx context.Context, key string, opts ...lockcore.AcquireOption) (*lockcore.Lease, error)
+	}
+	tl := func(owner string) locker { l, _ := lockcore.NewTicketLock(e.db, e.locks, fast(owner)...); return l }
+	mx := func(owner string) locker {
+		// A long lease: a holder entering with less than half of it left renews at
+		// once, which records its owner.
+		l, _ := lockcore.NewMutex(e.db, e.locks, fast(owner, lockcore.WithHeartbeat(0), lockcore.WithLease(time.Minute))...)
+		return l
+	}
+	for _, c := range []struct {
+		name string
+		st   lockcore.Strategy
+		mk   func(string) locker
+	}{{"ticket", lockcore.StrategyTicket, tl}, {"mutex", lockcore.StrategyMutex, mx}} {
+		key := "suffix-" + c.name
+		la, err := c.mk("a").Acquire(ctx, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := make(chan *lockcore.Lease, 1)
+		go func() {
+			lb, err := c.mk("orderprocessor-7f3a").Acquire(ctx, key)
+			if err != nil {
+				t.Error(err)
+			}
+			got <- lb
+		}()
+		var lk lockcore.Lock
+		waitFor(t, 10*time.Second, c.name+" waiter", func() bool {
+			lk = showOne(t, ctx, in, key, lockcore.ShowOptions{Strategy: c.st})
+			return len(lk.Waiters) == 1
+		})
+		if c.st == lockcore.StrategyTicket && !lk.Holder.MatchesLease(la.ID()) {
+			t.Errorf("%s: holder %+v does not match its lease id %s", c.name, lk.Holder, la.ID())
+		}
+		w := lk.Waiters[0]
+		if err := la.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		lb := <-got
+		if lb == nil {
+			t.FailNow()
+		}
+		if w.LeaseID != "ticket 2" || w.LeaseSuffix == "" || !strings.HasSuffix(lb.ID(), "#"+w.LeaseSuffix) {
+			t.Errorf("%s: waiter %+v, its lease became %s", c.name, w, lb.ID())
+		}
+		h := showOne(t, ctx, in, key, lockcore.ShowOptions{Strategy: c.st}).Holder
+		if h == nil || !h.MatchesLease(lb.ID()) || h.MatchesLease(la.ID()) ||
+			(h.Owner == "" && (h.LeaseID != "ticket 2" || h.LeaseSuffix != strings.TrimPrefix(lb.ID(), "orderprocessor-7f3a#"))) ||
+			(h.Owner != "" && h.LeaseID != lb.ID()) {
+			t.Errorf("%s: holder handed the lock %+v, its lease id %s", c.name, h, lb.ID())
+		}
+		if err := lb.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
 	}
 }

@@ -29,7 +29,8 @@ import (
 //	life       random id of this row's life   epoch     fence epoch of this life
 //	leaseMs    lease of the clients using the lock (all must agree while it is in use)
 //	w#<id>     one per issued, unfinished ticket: ticket − 1, written by the same update
-//	           that issued the ticket (a waiter's ambiguous ticket request is settled by it)
+//	           that issued the ticket (a waiter's ambiguous ticket request is settled by it);
+//	           <id> is the suffix of the lease id "<owner>#<id>"
 //	rel, skip  the last ticket released by its holder / skipped by a waiter
 //
 // Protocol:
@@ -542,7 +543,10 @@ func (t *TicketLock) wait(ctx context.Context, h *ticketHold, row ticketRow, sen
 // of the last read that still showed an earlier ticket served (refreshed at once if much
 // of it went by unnoticed); a row without a fence epoch gets one.
 func (t *TicketLock) enter(ctx context.Context, h *ticketHold, row ticketRow, lastBefore time.Time, ac *acquireConfig, start time.Time) (*Lease, error) {
-	l := newLease(h, t.cfg, ac.lease, h.key, h.ns, newLeaseID(t.cfg.owner), 0, lastBefore)
+	// The lease id is "<owner>#<entry id>", as a Mutex lease's: the row records the
+	// entry, not the owner, and the Inspector shows the entry id (LeaseSuffix), so that
+	// a lease id in a holder's logs can be matched to the lock's "ticket N".
+	l := newLease(h, t.cfg, ac.lease, h.key, h.ns, t.cfg.owner+nsSeparator+strings.TrimPrefix(h.wattr, waiterPrefix), 0, lastBefore)
 	// The lease is not the caller's until enter returns it: a renewal that finds it
 	// skipped, or the release after a failed epoch, reports no lease event.
 	obs := l.observer

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"net/url"
@@ -14,6 +15,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/aws/aws-sdk-go-v2/service/sts"
+	"github.com/aws/smithy-go"
 
 	"github.com/turnstile-locks/turnstile/internal/ddblocal"
 )
@@ -25,6 +27,9 @@ const stackOutputLockTable = "LockTableName"
 // engine`) one with local static credentials that reads nothing from ~/.aws; otherwise
 // one from the default AWS configuration, pointed at --endpoint when given.
 func (c *cli) dynamo(ctx context.Context) (*dynamodb.Client, error) {
+	if c.db != nil {
+		return c.db, nil
+	}
 	ep := c.endpointURL()
 	if ep != "" {
 		u, err := url.Parse(ep)
@@ -36,18 +41,138 @@ func (c *cli) dynamo(ctx context.Context) (*dynamodb.Client, error) {
 			if c.region != "" {
 				cfg.Region = c.region
 			}
-			return dynamodb.NewFromConfig(cfg), nil
+			c.db, c.where = dynamodb.NewFromConfig(cfg), ep
+			return c.db, nil
 		}
 	}
 	cfg, err := awsConfig(ctx, c.region)
 	if err != nil {
 		return nil, err
 	}
-	return dynamodb.NewFromConfig(cfg, func(o *dynamodb.Options) {
+	c.where = "AWS region " + cfg.Region
+	if ep != "" {
+		c.where = ep + " (region " + cfg.Region + ")"
+	}
+	c.db = dynamodb.NewFromConfig(cfg, func(o *dynamodb.Options) {
 		if ep != "" {
 			o.BaseEndpoint = aws.String(ep)
 		}
-	}), nil
+	})
+	return c.db, nil
+}
+
+// The lock table's key schema, as messages name it.
+const lockKeySchema = "pk (HASH, string), sk (RANGE, string)"
+
+// checkLockTable makes sure the lock table exists and has the lock table's keys, before
+// a listing: a Scan of a table with other keys does not fail, it only finds no locks
+// (or stops at a position it cannot continue from). It needs dynamodb:DescribeTable;
+// without that permission (or any other refusal) it checks nothing and the reads speak
+// for themselves.
+func (c *cli) checkLockTable(ctx context.Context, table string) error {
+	t, err := c.describe(ctx, table)
+	var nf *types.ResourceNotFoundException
+	var api smithy.APIError
+	switch {
+	case errors.As(err, &nf):
+		return c.notFound(table)
+	case errors.As(err, &api):
+		return nil
+	case err != nil:
+		return fmt.Errorf("table %s at %s: %w", table, c.where, err)
+	}
+	if keys := keySchema(t); keys != lockKeySchema {
+		return c.notLockTable(table, keys)
+	}
+	return nil
+}
+
+func (c *cli) describe(ctx context.Context, table string) (*types.TableDescription, error) {
+	db, err := c.dynamo(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out, err := db.DescribeTable(ctx, &dynamodb.DescribeTableInput{TableName: aws.String(table)})
+	if err != nil {
+		return nil, err
+	}
+	return out.Table, nil
+}
+
+// keySchema describes a table's primary key: "pk (HASH, string), sk (RANGE, string)".
+func keySchema(t *types.TableDescription) string {
+	if t == nil {
+		return "unknown"
+	}
+	typ := map[string]string{}
+	for _, d := range t.AttributeDefinitions {
+		typ[aws.ToString(d.AttributeName)] = map[types.ScalarAttributeType]string{
+			types.ScalarAttributeTypeS: "string", types.ScalarAttributeTypeN: "number", types.ScalarAttributeTypeB: "binary",
+		}[d.AttributeType]
+	}
+	ks := slices.Clone(t.KeySchema)
+	slices.SortStableFunc(ks, func(a, b types.KeySchemaElement) int { // HASH first
+		return strings.Compare(string(a.KeyType), string(b.KeyType))
+	})
+	var parts []string
+	for _, k := range ks {
+		n := aws.ToString(k.AttributeName)
+		parts = append(parts, fmt.Sprintf("%s (%s, %s)", n, k.KeyType, typ[n]))
+	}
+	return strings.Join(parts, ", ")
+}
+
+// from says where the table name came from, for a hint.
+func (c *cli) from(table string) string {
+	switch {
+	case !c.targetIsLocks && table == c.itemTable:
+		return "--item-table"
+	case c.tableFrom != "":
+		return c.tableFrom
+	}
+	return "--table"
+}
+
+func (c *cli) notFound(table string) error {
+	return fmt.Errorf("table %s not found at %s\n"+
+		"hint: the name came from %s; check it, and --endpoint / --region (a table lives in one account and region; "+
+		"the application's stack names its lock table in its %s output: --stack NAME)", table, c.where, c.from(table), stackOutputLockTable)
+}
+
+func (c *cli) notLockTable(table, keys string) error {
+	return fmt.Errorf("table %s at %s is not a lock table: its key schema is %s; a lock table's is %s\n"+
+		"hint: the name came from %s; lockcore.CreateLockTable (or template.yaml's LockTable) makes lock tables",
+		table, c.where, keys, lockKeySchema, c.from(table))
+}
+
+// explain turns DynamoDB's errors about the table itself into messages that say what
+// is wrong: a missing table (ResourceNotFoundException) and a table whose keys are not
+// the lock table's (or, for show --strategy item, not KEY's attributes:
+// ValidationException).
+func (c *cli) explain(ctx context.Context, err error) error {
+	if c.target == "" || err == nil {
+		return err
+	}
+	var nf *types.ResourceNotFoundException
+	if errors.As(err, &nf) {
+		return c.notFound(c.target)
+	}
+	var api smithy.APIError
+	if !errors.As(err, &api) || api.ErrorCode() != "ValidationException" {
+		return err
+	}
+	keys := "unknown (dynamodb:DescribeTable failed)"
+	if t, derr := c.describe(ctx, c.target); derr == nil {
+		keys = keySchema(t)
+	}
+	if c.targetIsLocks {
+		if keys == lockKeySchema {
+			return err // the keys are right: something else
+		}
+		return fmt.Errorf("%w\n(DynamoDB: %s)", c.notLockTable(c.target, keys), api.ErrorMessage())
+	}
+	return fmt.Errorf("KEY %s is not the primary key of table %s at %s, whose key schema is %s (DynamoDB: %s)",
+		c.key(), c.target, c.where, keys, api.ErrorMessage())
 }
 
 func awsConfig(ctx context.Context, region string) (aws.Config, error) {

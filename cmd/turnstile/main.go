@@ -10,6 +10,7 @@
 //
 //	turnstile locks ls        [--state held,abandoned,released] [--strategy mutex,ticket,queue]
 //	turnstile locks show      KEY [--namespace NS] [--strategy mutex|ticket|queue]
+//	turnstile locks show      --lease ID [--namespace NS] [--strategy mutex|ticket|queue]
 //	turnstile locks show      --strategy item --item-table TABLE ATTR=VALUE[,ATTR=VALUE]
 //	turnstile locks watch     KEY [--interval 1s] [--namespace NS] [--strategy S]
 //	turnstile locks abandoned [--skew 5s]
@@ -19,7 +20,9 @@
 // table is --table, else $TURNSTILE_LOCK_TABLE, else the LockTableName output of the
 // CloudFormation stack named by --stack (or $TURNSTILE_STACK). The endpoint is
 // --endpoint, else $DYNAMODB_ENDPOINT, else AWS's regional endpoint with the default
-// credential chain. Exit status: 0 done, 1 failed, 2 bad usage.
+// credential chain. Exit status: 0 done, 1 failed, 2 bad usage. -h, --help or help at
+// any level prints its usage to stdout and exits 0. docs/cli.md describes the
+// output (JSON fields included) and the error messages.
 package main
 
 import (
@@ -33,6 +36,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 
 	"github.com/turnstile-locks/turnstile/lockcore"
 )
@@ -76,44 +81,99 @@ const topUsage = `turnstile operates turnstile's DynamoDB locks.
 Usage:
   turnstile locks ls         list the locks of the lock table
   turnstile locks show KEY   show every lock on KEY: holder, lease, fence, waiters, audit
+  turnstile locks show --lease ID
+                             find the lock a lease id (as a holder logs it) holds or waits for
   turnstile locks watch KEY  show KEY again every --interval until Ctrl-C
   turnstile locks abandoned  list leases whose holder's lease end + --skew has passed
   turnstile locks release KEY --force --reason TEXT (--lease ID [--token N] | --token N | --current)
                              end the named (or --current) lease (Mutex or TicketLock), with an audit record
 
-Run "turnstile locks <command> -h" for a command's flags.
+Run "turnstile locks <command> -h" (or "turnstile locks help <command>") for a command's flags.
+Every command takes --table, --stack, --endpoint, --region, -o table|json and --skew.
 
 The lock table: --table, $TURNSTILE_LOCK_TABLE, or the LockTableName output of --stack NAME
 ($TURNSTILE_STACK). The endpoint: --endpoint, $DYNAMODB_ENDPOINT, or AWS (default credentials).
+Exit status: 0 done, 1 failed, 2 bad usage.
 `
 
+// command is one "turnstile locks" command.
+type command struct {
+	run   func(context.Context, *cli, []string) error
+	about string // what it does, printed by its -h
+}
+
+var commands = map[string]command{
+	"ls": {cmdList, `Lists the locks of the lock table, one line each: Mutex, TicketLock and Queue locks.
+Rows that are not lock rows (other items kept in the table, lockcore's bookkeeping
+rows) are skipped. The Scan reads eventually consistently unless --consistent.`},
+	"show": {cmdShow, `Shows every lock on KEY (all namespaces and strategies unless narrowed): state,
+holder and lease id, lease end, fence, revision, waiters in the order they enter, and
+the force-release audit. A holder or waiter shown as "ticket N" whose owner is not
+recorded is shown with its lease id as "<owner>#<suffix>": the suffix matches the
+lease id its process logs.
+
+With --lease ID instead of KEY, scans the table for the lock that lease holds or
+waits for (a lease id as the holder logs it, e.g. orderprocessor-7f3a#yA3b_9Qz).
+
+With --strategy item --item-table TABLE, KEY is a data item's primary key
+(ATTR=VALUE[,ATTR=VALUE]) and show reads an ItemLocker's lock attributes on it.`},
+	"watch": {cmdWatch, `Shows KEY as show does, again every --interval, until Ctrl-C (or --count refreshes),
+with how long each holder and revision have stayed unchanged on this machine's clock:
+what lockcore's waiters measure before they take over.`},
+	"abandoned": {cmdAbandoned, `Lists held leases whose holder's recorded lease end + --skew lies in the past by this
+machine's clock. Informational only: a paused holder may renew a moment later.`},
+	"release": {cmdRelease, `Ends a Mutex or TicketLock lease another process holds (force-release), with an audit
+record of who, when and why. Name the lease as locks show printed it (--lease, --token),
+or pass --current to end whatever lease is current when release runs.`},
+}
+
+func isHelp(a string) bool { return a == "-h" || a == "--help" || a == "-help" || a == "help" }
+
 func run(ctx context.Context, args []string, stdout, stderr io.Writer, e env) int {
-	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+	switch {
+	case len(args) == 0:
 		fmt.Fprint(stderr, topUsage)
-		if len(args) == 0 {
+		return 2
+	case args[0] == "help" && len(args) > 1: // "turnstile help locks [command]"
+		if args[1] != "locks" {
+			fmt.Fprintf(stderr, "turnstile help: unknown command %q\n\n%s", args[1], topUsage)
 			return 2
 		}
+		return runLocks(ctx, append([]string{"help"}, args[2:]...), stdout, stderr, e)
+	case isHelp(args[0]):
+		fmt.Fprint(stdout, topUsage)
 		return 0
-	}
-	if args[0] != "locks" {
+	case args[0] != "locks":
 		fmt.Fprintf(stderr, "turnstile: unknown command %q\n\n%s", args[0], topUsage)
 		return 2
 	}
-	if len(args) < 2 {
+	return runLocks(ctx, args[1:], stdout, stderr, e)
+}
+
+// runLocks runs "turnstile locks ...": args start with the command name.
+func runLocks(ctx context.Context, args []string, stdout, stderr io.Writer, e env) int {
+	if len(args) == 0 {
 		fmt.Fprintf(stderr, "turnstile locks: missing command (ls, show, watch, abandoned, release)\n\n%s", topUsage)
 		return 2
 	}
-	cmds := map[string]func(context.Context, *cli, []string) error{
-		"ls": cmdList, "list": cmdList, "show": cmdShow, "watch": cmdWatch,
-		"abandoned": cmdAbandoned, "release": cmdRelease,
+	if isHelp(args[0]) {
+		if args[0] != "help" || len(args) == 1 {
+			fmt.Fprint(stdout, topUsage)
+			return 0
+		}
+		args = []string{args[1], "-h"} // "turnstile locks help show": show's usage
 	}
-	fn, ok := cmds[args[1]]
+	name := args[0]
+	if name == "list" {
+		name = "ls"
+	}
+	cmd, ok := commands[name]
 	if !ok {
-		fmt.Fprintf(stderr, "turnstile locks: unknown command %q (want ls, show, watch, abandoned or release)\n", args[1])
+		fmt.Fprintf(stderr, "turnstile locks: unknown command %q (want ls, show, watch, abandoned or release)\n", args[0])
 		return 2
 	}
-	c := &cli{name: "turnstile locks " + args[1], stdout: stdout, stderr: stderr, env: e}
-	err := fn(ctx, c, args[2:])
+	c := &cli{name: "turnstile locks " + args[0], about: cmd.about, stdout: stdout, stderr: stderr, env: e}
+	err := cmd.run(ctx, c, args[1:])
 	var ue *usageError
 	switch {
 	case err == nil:
@@ -127,13 +187,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, e env) in
 		fmt.Fprintf(stderr, "%s: %v\n", c.name, err)
 		return 2
 	}
-	fmt.Fprintf(stderr, "%s: %v\n", c.name, err)
+	fmt.Fprintf(stderr, "%s: %v\n", c.name, c.explain(ctx, err))
 	return 1
 }
 
 // cli is one command invocation: its flags, output and clients.
 type cli struct {
 	name           string
+	about          string
 	stdout, stderr io.Writer
 	env            env
 
@@ -145,12 +206,20 @@ type cli struct {
 	positional                     []string
 	synopsis                       string
 	resolvedTable                  string
+	tableFrom                      string // where the table name came from, for messages
+	where                          string // the endpoint or AWS region, for messages
+	db                             *dynamodb.Client
+	target                         string // the table the command reads, for messages
+	targetIsLocks                  bool   // target is the lock table (not show's --item-table)
 }
 
 // flags declares the flags every command takes.
 func (c *cli) flags(synopsis string) *flag.FlagSet {
 	fs := flag.NewFlagSet(c.name, flag.ContinueOnError)
-	fs.SetOutput(c.stderr)
+	// The flag package prints nothing itself: a bad flag is reported once (run), and
+	// asked-for help goes to stdout (usage).
+	fs.SetOutput(io.Discard)
+	fs.Usage = func() {}
 	c.fs, c.synopsis = fs, synopsis
 	fs.StringVar(&c.table, "table", "", "lock table name (default $TURNSTILE_LOCK_TABLE, else the stack's LockTableName output)")
 	fs.StringVar(&c.endpoint, "endpoint", "", "DynamoDB endpoint URL (default $DYNAMODB_ENDPOINT, else AWS)")
@@ -158,15 +227,43 @@ func (c *cli) flags(synopsis string) *flag.FlagSet {
 	fs.StringVar(&c.region, "region", "", "AWS region (default from the AWS configuration)")
 	fs.StringVar(&c.output, "o", "table", "output format: table or json")
 	fs.DurationVar(&c.skew, "skew", lockcore.DefaultInspectSkew, "clock-skew allowance: a lease is abandoned when its holder's lease end + skew has passed")
-	fs.Usage = func() {
-		fmt.Fprintf(c.stderr, "Usage: %s %s\n\nFlags:\n", c.name, c.synopsis)
-		fs.PrintDefaults()
-	}
 	return fs
 }
 
-// parse parses flags and positional arguments in any order ("--" ends the flags).
+// usage prints the command's usage, description and flags.
+func (c *cli) usage(w io.Writer) {
+	fmt.Fprintf(w, "Usage: %s %s\n\n", c.name, c.synopsis)
+	if c.about != "" {
+		fmt.Fprintf(w, "%s\n\n", c.about)
+	}
+	fmt.Fprintln(w, "Flags:")
+	c.fs.SetOutput(w)
+	c.fs.PrintDefaults()
+	c.fs.SetOutput(io.Discard)
+}
+
+// parse parses flags and positional arguments in any order ("--" ends the flags); -h,
+// -help or --help prints the usage to stdout and returns flag.ErrHelp (exit 0).
 func (c *cli) parse(args []string, positionals int) error {
+	if err := c.parseFlags(args); err != nil {
+		return err
+	}
+	return c.positionals(positionals)
+}
+
+// positionals checks the number of positional arguments.
+func (c *cli) positionals(n int) error {
+	switch {
+	case len(c.positional) < n:
+		return usagef("missing KEY argument")
+	case len(c.positional) > n:
+		return usagef("unexpected arguments %q", c.positional[n:])
+	}
+	return nil
+}
+
+// parseFlags parses args, leaving the positional arguments in c.positional.
+func (c *cli) parseFlags(args []string) error {
 	var rest []string
 	if i := indexOf(args, "--"); i >= 0 {
 		args, rest = args[:i], args[i+1:]
@@ -174,6 +271,7 @@ func (c *cli) parse(args []string, positionals int) error {
 	for {
 		if err := c.fs.Parse(args); err != nil {
 			if errors.Is(err, flag.ErrHelp) {
+				c.usage(c.stdout)
 				return err
 			}
 			return usagef("%v", err)
@@ -186,12 +284,6 @@ func (c *cli) parse(args []string, positionals int) error {
 		args = args[1:]
 	}
 	c.positional = append(c.positional, rest...)
-	switch {
-	case len(c.positional) < positionals:
-		return usagef("missing KEY argument")
-	case len(c.positional) > positionals:
-		return usagef("unexpected arguments %q", c.positional[positionals:])
-	}
 	if c.output != "table" && c.output != "json" {
 		return usagef("-o: want table or json, got %q", c.output)
 	}
@@ -220,6 +312,7 @@ func (c *cli) inspector(ctx context.Context) (*lockcore.Inspector, error) {
 	if err != nil {
 		return nil, err
 	}
+	c.target, c.targetIsLocks = table, true
 	return lockcore.NewInspector(db, table, lockcore.InspectSkew(c.skew))
 }
 
@@ -229,9 +322,9 @@ func (c *cli) lockTable(ctx context.Context) (string, error) {
 	}
 	switch {
 	case c.table != "":
-		c.resolvedTable = c.table
+		c.resolvedTable, c.tableFrom = c.table, "--table"
 	case c.env.getenv("TURNSTILE_LOCK_TABLE") != "":
-		c.resolvedTable = c.env.getenv("TURNSTILE_LOCK_TABLE")
+		c.resolvedTable, c.tableFrom = c.env.getenv("TURNSTILE_LOCK_TABLE"), "$TURNSTILE_LOCK_TABLE"
 	default:
 		stack := c.stack
 		if stack == "" {
@@ -248,7 +341,7 @@ func (c *cli) lockTable(ctx context.Context) (string, error) {
 		if name == "" {
 			return "", fmt.Errorf("--stack %s: the stack has no %s output (outputs: %s)", stack, stackOutputLockTable, strings.Join(keys(outs), ", "))
 		}
-		c.resolvedTable = name
+		c.resolvedTable, c.tableFrom = name, "the "+stackOutputLockTable+" output of stack "+stack
 	}
 	return c.resolvedTable, nil
 }
@@ -329,6 +422,9 @@ func (c *cli) list(ctx context.Context, opts lockcore.ListOptions, limit int) er
 	if err != nil {
 		return err
 	}
+	if err := c.checkLockTable(ctx, in.Table()); err != nil {
+		return err
+	}
 	locks := []lockcore.Lock{}
 	err = in.Each(ctx, opts, func(l lockcore.Lock) error {
 		locks = append(locks, l)
@@ -357,10 +453,20 @@ func (c *cli) list(ctx context.Context, opts lockcore.ListOptions, limit int) er
 }
 
 func cmdShow(ctx context.Context, c *cli, args []string) error {
-	fs := c.flags("KEY [--namespace NS] [--strategy mutex|ticket|queue] [flags]\n       " + c.name + " --strategy item --item-table TABLE ATTR=VALUE[,ATTR=VALUE]")
+	fs := c.flags("KEY [--namespace NS] [--strategy mutex|ticket|queue] [flags]\n" +
+		"       " + c.name + " --lease ID [--namespace NS] [--strategy mutex|ticket|queue] [flags]\n" +
+		"       " + c.name + " --strategy item --item-table TABLE ATTR=VALUE[,ATTR=VALUE]")
 	c.lockFlags(fs, "mutex, ticket, queue or item")
 	fs.StringVar(&c.itemTable, "item-table", "", "with --strategy item: the data table; KEY is its primary key as ATTR=VALUE[,ATTR=VALUE] (string values)")
-	if err := c.parse(args, 1); err != nil {
+	lease := fs.String("lease", "", "instead of KEY: find the lock this lease id holds or waits for, as its holder logs it (scans the table)")
+	if err := c.parseFlags(args); err != nil {
+		return err
+	}
+	want := 1
+	if *lease != "" {
+		want = 0
+	}
+	if err := c.positionals(want); err != nil {
 		return err
 	}
 	opts, err := c.showOptions()
@@ -368,13 +474,22 @@ func cmdShow(ctx context.Context, c *cli, args []string) error {
 		return err
 	}
 	if opts.Strategy == lockcore.StrategyItem || c.itemTable != "" {
+		if *lease != "" {
+			return usagef("--lease: not with --strategy item (give the item's KEY)")
+		}
 		return c.showItem(ctx)
 	}
 	in, err := c.inspector(ctx)
 	if err != nil {
 		return err
 	}
+	if *lease != "" {
+		return c.showLease(ctx, in, *lease, opts)
+	}
 	locks, err := in.Show(ctx, c.key(), opts)
+	if errors.Is(err, lockcore.ErrLockNotFound) && strings.Contains(c.key(), "#") {
+		return fmt.Errorf("%w\nhint: if %s is a lease id, find its lock with: %s --lease %s", err, c.key(), c.name, c.key())
+	}
 	if err != nil {
 		return err
 	}
@@ -383,6 +498,71 @@ func cmdShow(ctx context.Context, c *cli, args []string) error {
 	}
 	writeLocks(c.stdout, locks, time.Now(), nil)
 	return nil
+}
+
+// showLease finds the locks lease id holds or waits for: a scan of the lock table (as
+// ls), then each lock found read again with Show (strongly consistent, with its audit).
+func (c *cli) showLease(ctx context.Context, in *lockcore.Inspector, id string, opts lockcore.ShowOptions) error {
+	if err := c.checkLockTable(ctx, in.Table()); err != nil {
+		return err
+	}
+	var lopts lockcore.ListOptions
+	if opts.Strategy != "" {
+		lopts.Strategies = []lockcore.Strategy{opts.Strategy}
+	}
+	var found []lockcore.Lock
+	err := in.Each(ctx, lopts, func(l lockcore.Lock) error {
+		if (opts.Namespace == "" || l.Namespace == opts.Namespace) && leaseRole(l, id) != "" {
+			found = append(found, l)
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	if len(found) == 0 {
+		return fmt.Errorf("lease %s holds and waits for no lock in table %s (a released or lost lease leaves no trace on the lock rows; "+
+			"an ItemLocker lease lives on its data item: show --strategy item): %w", id, in.Table(), lockcore.ErrLockNotFound)
+	}
+	sortLocks(found)
+	locks := []lockcore.Lock{}
+	for _, f := range found {
+		l, err := in.Show(ctx, f.Key, lockcore.ShowOptions{Namespace: f.Namespace, Strategy: f.Strategy})
+		if err != nil {
+			return err
+		}
+		locks = append(locks, l...)
+	}
+	if c.output == "json" {
+		return writeJSON(c.stdout, locks)
+	}
+	now := time.Now()
+	for i, l := range locks {
+		if i > 0 {
+			fmt.Fprintln(c.stdout)
+		}
+		role := leaseRole(l, id)
+		if role == "" {
+			role = "no longer holds or waits for this lock (it did a moment ago)"
+		}
+		fmt.Fprintf(c.stdout, "lease %s %s:\n", id, role)
+		writeLock(c.stdout, l, now, nil)
+	}
+	return nil
+}
+
+// leaseRole says how lease id takes part in l: "holds this lock", "waits for this lock
+// (position N)", or "" (not at all).
+func leaseRole(l lockcore.Lock, id string) string {
+	if l.Holder.MatchesLease(id) {
+		return "holds this lock"
+	}
+	for _, w := range l.Waiters {
+		if w.MatchesLease(id) {
+			return fmt.Sprintf("waits for this lock (position %d)", w.Position)
+		}
+	}
+	return ""
 }
 
 func (c *cli) showItem(ctx context.Context) error {
@@ -404,6 +584,7 @@ func (c *cli) showItem(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	c.target = c.itemTable
 	il, err := in.ShowItem(ctx, c.itemTable, key, lockcore.ItemAttributes{})
 	if err != nil {
 		return err
@@ -455,7 +636,7 @@ func cmdRelease(ctx context.Context, c *cli, args []string) error {
 	reason := fs.String("reason", "", "required: why the lease is ended (kept in the audit record)")
 	actor := fs.String("actor", "", "who releases, for the audit record (default $USER@host, plus the AWS caller ARN against AWS)")
 	lease := fs.String("lease", "", "end only this lease id (\"ticket N\" for a ticket lock), as shown by locks show")
-	token := fs.Int64("token", 0, "end only the lease with this fencing token, as shown by locks show (required with a \"ticket N\" lease id)")
+	token := fs.Int64("token", 0, "end only the lease with this fencing token: the number locks show prints (4294967297 of \"4294967297 (epoch 1, seq 1)\"); required with a \"ticket N\" lease id")
 	current := fs.Bool("current", false, "end whatever lease is current when release runs (instead of --lease/--token: possibly a holder that took over after you looked)")
 	fs.StringVar(&c.namespace, "namespace", "lock", "lock namespace")
 	fs.StringVar(&c.strategy, "strategy", "mutex", "lock strategy: mutex or ticket")

@@ -65,24 +65,36 @@ func dash(s string) string {
 	return s
 }
 
-func fenceShort(f lockcore.FenceInfo) string {
-	if f.Token == 0 {
+// fence formats a token as lockcore.Fence.String does ("4294967297 (epoch 1, seq 1)"),
+// "-" for none.
+func fence(f lockcore.Fence) string {
+	if f == 0 {
 		return "-"
 	}
-	return fmt.Sprintf("%d:%d", f.Epoch, f.Seq)
+	return f.String()
+}
+
+// leaseLabel names a holder's lease: its lease id, or for a holder shown as "ticket N"
+// (no owner recorded) also the lease id's part after the owner, which the holder's
+// process logs: "ticket 2 (<owner>#yA3b_9Qz)".
+func leaseLabel(leaseID, suffix string) string {
+	if suffix == "" {
+		return leaseID
+	}
+	return leaseID + " (<owner>#" + suffix + ")"
 }
 
 // writeLockTable prints one line per lock.
 func writeLockTable(w io.Writer, locks []lockcore.Lock, now time.Time) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "KEY\tNAMESPACE\tSTRATEGY\tSTATE\tOWNER\tLEASE ID\tACQUIRED\tLEASE END\tFENCE(E:S)\tREV\tWAITERS")
+	fmt.Fprintln(tw, "KEY\tNAMESPACE\tSTRATEGY\tSTATE\tOWNER\tLEASE ID\tACQUIRED\tLEASE END\tFENCE\tREV\tWAITERS")
 	for _, l := range locks {
 		owner, lease, acq, until := "-", "-", "-", "-"
 		if h := l.Holder; h != nil {
-			owner, lease, acq, until = dash(h.Owner), dash(h.LeaseID), ago(h.AcquiredAt, now), ago(h.Until, now)
+			owner, lease, acq, until = dash(h.Owner), dash(leaseLabel(h.LeaseID, h.LeaseSuffix)), ago(h.AcquiredAt, now), ago(h.Until, now)
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\n", l.Key, l.Namespace, l.Strategy, l.State,
-			owner, lease, acq, until, fenceShort(l.Fence), l.Revision, len(l.Waiters))
+			owner, lease, acq, until, fence(l.Fence.Token), l.Revision, len(l.Waiters))
 	}
 	_ = tw.Flush()
 }
@@ -115,7 +127,11 @@ func writeLock(w io.Writer, l lockcore.Lock, now time.Time, note watchNote) {
 		if h.Owner != "" {
 			row("owner", "%s", h.Owner)
 		}
-		row("lease id", "%s", h.LeaseID)
+		if h.LeaseSuffix != "" {
+			row("lease id", "%s, lease id <owner>#%s (the lock row records no owner name: match the part after \"#\" in the holder's logs)", h.LeaseID, h.LeaseSuffix)
+		} else {
+			row("lease id", "%s", h.LeaseID)
+		}
 		if !h.AcquiredAt.IsZero() {
 			row("acquired", "%s", stamp(h.AcquiredAt, now))
 		}
@@ -129,7 +145,7 @@ func writeLock(w io.Writer, l lockcore.Lock, now time.Time, note watchNote) {
 		if !h.Until.IsZero() {
 			row("lease end", "%s%s", stamp(h.Until, now), strings.TrimSuffix("; "+lease, "; "))
 		} else if lease != "" {
-			row("lease", "%s (a ticket lock records no wall-clock lease end)", h.Lease)
+			row("lease", "%s (no wall-clock lease end recorded: a ticket lock records none, a mutex holder handed the lock by a force-release, at its first heartbeat)", h.Lease)
 		}
 	} else {
 		row("holder", "none")
@@ -138,11 +154,7 @@ func writeLock(w io.Writer, l lockcore.Lock, now time.Time, note watchNote) {
 	if l.Holder == nil {
 		fenceLabel = "last fence"
 	}
-	if l.Fence.Token == 0 {
-		row(fenceLabel, "-")
-	} else {
-		row(fenceLabel, "%s", l.Fence)
-	}
+	row(fenceLabel, "%s", fence(l.Fence.Token))
 	row("revision", "%d", l.Revision)
 	if t := l.Tickets; t != nil {
 		if l.Strategy == lockcore.StrategyTicket {
@@ -177,9 +189,9 @@ func writeLock(w io.Writer, l lockcore.Lock, now time.Time, note watchNote) {
 	if len(l.Waiters) > 0 {
 		tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 		if l.Strategy == lockcore.StrategyTicket {
-			fmt.Fprintln(tw, "  POS\tTICKET\tENTRY")
+			fmt.Fprintln(tw, "  POS\tTICKET\tLEASE (ticket entries carry no owner names)")
 			for _, wt := range l.Waiters {
-				fmt.Fprintf(tw, "  %d\t%d\t%s (ticket entries carry no owner names)\n", wt.Position, wt.Ticket, wt.LeaseID)
+				fmt.Fprintf(tw, "  %d\t%d\t%s\n", wt.Position, wt.Ticket, leaseLabel(wt.LeaseID, wt.LeaseSuffix))
 			}
 		} else {
 			fmt.Fprintln(tw, "  POS\tTICKET\tOWNER\tLEASE ID\tHEARTBEAT\tLEASE END\tREV\tSTATE")
@@ -188,7 +200,7 @@ func writeLock(w io.Writer, l lockcore.Lock, now time.Time, note watchNote) {
 				if wt.Abandoned {
 					st = "abandoned"
 				}
-				fmt.Fprintf(tw, "  %d\t%d\t%s\t%s\t%s\t%s\t%d\t%s\n", wt.Position, wt.Ticket, dash(wt.Owner), wt.LeaseID,
+				fmt.Fprintf(tw, "  %d\t%d\t%s\t%s\t%s\t%s\t%d\t%s\n", wt.Position, wt.Ticket, dash(wt.Owner), leaseLabel(wt.LeaseID, wt.LeaseSuffix),
 					ago(wt.Heartbeat, now), ago(wt.Until, now), wt.Revision, st)
 			}
 		}
@@ -197,9 +209,9 @@ func writeLock(w io.Writer, l lockcore.Lock, now time.Time, note watchNote) {
 	if len(l.Audit) > 0 {
 		fmt.Fprintln(w, "audit (force-releases, oldest first):")
 		tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "  AT\tACTOR\tENDED LEASE\tOWNER\tTOKEN(E:S)\tREASON")
+		fmt.Fprintln(tw, "  AT\tACTOR\tENDED LEASE\tOWNER\tTOKEN\tREASON")
 		for _, a := range l.Audit {
-			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%q\n", a.At.UTC().Format(timeLayout), a.Actor, a.LeaseID, dash(a.Owner), fenceShort(a.Token), a.Reason)
+			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%q\n", a.At.UTC().Format(timeLayout), a.Actor, a.LeaseID, dash(a.Owner), fence(a.Token.Token), a.Reason)
 		}
 		_ = tw.Flush()
 	}
@@ -241,7 +253,7 @@ func writeItemLock(w io.Writer, il *lockcore.ItemLock, now time.Time) {
 		row("locked", "%s (last acquisition or renewal)", stamp(h.AcquiredAt, now))
 		row("lease end", "%s; lease %s", stamp(h.Until, now), h.Lease)
 	}
-	row("fence", "%d (acquisitions of this item)", int64(il.Fence.Token))
+	row("fence", "%s (acquisitions of this item)", il.Fence.Token)
 	row("revision", "%d", il.Revision)
 	if t := il.Tickets; t != nil {
 		row("tickets", "serving %d, last issued %d", t.Serving, t.Next)
@@ -318,7 +330,7 @@ func watch(ctx context.Context, c *cli, in *lockcore.Inspector, opts lockcore.Sh
 				Error string          `json:"error,omitempty"`
 			}{At: now, Locks: locks}
 			if err != nil {
-				frame.Error = err.Error()
+				frame.Error = c.explain(ctx, err).Error()
 			}
 			b, _ := json.Marshal(frame)
 			fmt.Fprintf(c.stdout, "%s\n", b)
@@ -331,7 +343,7 @@ func watch(ctx context.Context, c *cli, in *lockcore.Inspector, opts lockcore.Sh
 			case errors.Is(err, lockcore.ErrLockNotFound):
 				fmt.Fprintf(c.stdout, "no lock rows for %q yet\n", c.key())
 			case err != nil:
-				fmt.Fprintf(c.stdout, "error: %v\n", err)
+				fmt.Fprintf(c.stdout, "error: %v\n", c.explain(ctx, err))
 			default:
 				writeLocks(c.stdout, locks, now, note)
 			}

@@ -24,7 +24,7 @@ func TestLocksWatchFailedReadsExitNonZero(t *testing.T) {
 	if code != 1 {
 		t.Fatalf("watch of a missing table: exit %d, want 1\nstdout:\n%s\nstderr:\n%s", code, out, errs)
 	}
-	if !strings.Contains(out, "error:") || !strings.Contains(errs, "ResourceNotFound") {
+	if !strings.Contains(out, "error: table "+f.table+"-missing not found at") || !strings.Contains(errs, "not found at "+testenv.Endpoint()) {
 		t.Fatalf("watch of a missing table: the error is not reported\nstdout:\n%s\nstderr:\n%s", out, errs)
 	}
 }
