@@ -1,7 +1,8 @@
-// Command bench measures lockcore's strategies, and the two published designs they
-// improve on, against a local DynamoDB engine: directly and through a loopback proxy that
-// adds a realistic round-trip time. See bench/RESULTS.md for what it reports and
-// `make bench` for the usual invocation.
+// Command bench measures lockcore's strategies, the two published designs they improve
+// on, and AWS's Java lock client (a peer process, see internal/bench/awspeer.go) against
+// a local DynamoDB engine: directly and through a loopback proxy that adds a realistic
+// round-trip time. See bench/RESULTS.md for what it reports and `make bench` for the
+// usual invocation.
 //
 // It starts (and afterwards stops) DynamoDB Local unless DYNAMODB_ENDPOINT names a running
 // engine, in which case the tables it created are deleted again.

@@ -55,6 +55,9 @@ func stalls(rec *Record, env *Env) {
 }
 
 func newWorkers(s Strategy, env *Env, prefix string, n int, t Tuning) ([]Worker, error) {
+	if s.New == nil {
+		return nil, fmt.Errorf("%s runs in a peer process of its own, hot-key runs only", s.Name)
+	}
 	ws := make([]Worker, n)
 	for i := range ws {
 		w, err := s.New(env, fmt.Sprintf("%s-%02d", prefix, i), t)

@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"math"
 	"net/url"
 	"strings"
 	"testing"
@@ -140,18 +141,22 @@ func TestAWSLockClientPeer(t *testing.T) {
 	if h.DoubleHolders == nil || *h.DoubleHolders != 0 {
 		t.Errorf("double holders: %v", h.DoubleHolders)
 	}
-	if h.CSCallsPerCS == nil || *h.CSCallsPerCS != 2 {
-		t.Errorf("critical-section calls per CS = %v, want 2 (GetItem + PutItem, counted by the data client's interceptor)", h.CSCallsPerCS)
+	// GetItem + PutItem, counted by the data client's interceptor: 2 per section, but a
+	// section that straddles an edge of the window has one call on each side, so the
+	// calls in the window may be off by one at each edge.
+	if c := ptrOr(h.CSCallsPerCS); math.Abs(c*float64(h.Completions)-2*float64(h.Completions)) > 2.001 {
+		t.Errorf("critical-section calls per CS = %.3f over %d sections, want 2 (± 2 calls)", c, h.Completions)
 	}
 	// Every critical section's lock is acquired (a consistent GetItem, a conditional
-	// PutItem) and released (a conditional DeleteItem).
+	// PutItem) and released (a conditional DeleteItem); with a few sections, some of
+	// those calls are inside the window whatever its edges cut.
 	for _, op := range []string{"GetItem", "PutItem", "DeleteItem"} {
-		if h.OpsPerCS[op] == 0 {
+		if h.Completions >= 3 && h.OpsPerCS[op] == 0 {
 			t.Errorf("lock calls per CS by operation %v: no %s", h.OpsPerCS, op)
 		}
 	}
-	if h.CallsPerCS == nil || *h.CallsPerCS < 2 || h.LockCUPerCS == nil || *h.LockCUPerCS <= 0 {
-		t.Errorf("lock calls per CS %v, lock CU per CS %v: the interceptor counted too little", h.CallsPerCS, h.LockCUPerCS)
+	if ptrOr(h.CallsPerCS) < 2 || ptrOr(h.LockCUPerCS) <= 0 {
+		t.Errorf("lock calls per CS %.2f, lock CU per CS %.2f: the interceptor counted too little", ptrOr(h.CallsPerCS), ptrOr(h.LockCUPerCS))
 	}
 	if !strings.Contains(h.Implementation, "dynamodb-lock-client 1.3.0") {
 		t.Errorf("implementation %q does not name the lock client's version", h.Implementation)
