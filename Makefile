@@ -25,6 +25,15 @@ help: ## List the targets.
 engine-deps: ## Fetch DynamoDB Local into .cache/dynamodb-local (once; needs Java 17+ and Maven).
 	@if [ -z "$$DYNAMODB_ENDPOINT" ]; then $(GO) run ./cmd/ddblocal fetch; fi
 
+# The bench's AWS lock client baseline (issue #30): a Java peer (bench/awspeer: pom.xml and
+# source) that cmd/bench builds into .cache/awspeer with Maven's dependency:copy-dependencies
+# and javac, once per change of bench/awspeer. `make bench` builds it when needed and, if it
+# cannot, runs without it and says why in its report; `make test` builds it first, so that
+# the peer's smoke test (TestAWSLockClientPeer) does not spend its time on the first build.
+.PHONY: awspeer
+awspeer: ## Build the bench's AWS lock client peer into .cache/awspeer (once; needs a JDK 17+ and Maven).
+	@$(GO) run ./cmd/bench -build-awspeer
+
 .PHONY: engine
 engine: ## Start a detached DynamoDB Local; the last line printed is DYNAMODB_ENDPOINT=...
 	@$(GO) run ./cmd/ddblocal start
@@ -47,7 +56,7 @@ $(STATICCHECK):
 	@mv $(BIN_DIR)/staticcheck $@
 
 .PHONY: test
-test: lint engine-deps sam-validate sam-build vuln ## Lint, SAM validate/build, govulncheck, all tests with -race, then a short fuzz smoke run.
+test: lint engine-deps awspeer sam-validate sam-build vuln ## Lint, SAM validate/build, govulncheck, all tests with -race, then a short fuzz smoke run.
 	$(GO) test $(TEST_FLAGS) $(PKGS)
 	@$(MAKE) test-lockcore
 	@$(MAKE) fuzz FUZZTIME=$(FUZZ_SMOKE_TIME)
@@ -125,6 +134,8 @@ demo-scale: ## Concurrency sweep: 300 orders at 12, 40, 100 (legacy run at 40); 
 #   make bench                        full run (20 s per hot-key run, 60 s per multi-key run, 4, 16 and 64 workers, about 30 minutes)
 #   make bench QUICK=1                short runs, under 3 minutes
 #   make bench DURATION=10s WORKERS=16 RTT=5ms STRATEGIES=mutex,queue
+# STRATEGIES=all includes awslockclient, AWS's Java lock client (the peer of `make awspeer`,
+# built on first use; hot-key runs only).
 # ---------------------------------------------------------------------------------------------
 DURATION   ?=
 WORKERS    ?= 4,16,64

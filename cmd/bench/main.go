@@ -1,7 +1,8 @@
-// Command bench measures lockcore's strategies, and the two published designs they
-// improve on, against a local DynamoDB engine: directly and through a loopback proxy that
-// adds a realistic round-trip time. See bench/RESULTS.md for what it reports and
-// `make bench` for the usual invocation.
+// Command bench measures lockcore's strategies, the two published designs they improve
+// on, and AWS's Java lock client (a peer process, see internal/bench/awspeer.go) against
+// a local DynamoDB engine: directly and through a loopback proxy that adds a realistic
+// round-trip time. See bench/RESULTS.md for what it reports and `make bench` for the
+// usual invocation.
 //
 // It starts (and afterwards stops) DynamoDB Local unless DYNAMODB_ENDPOINT names a running
 // engine, in which case the tables it created are deleted again.
@@ -19,6 +20,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -49,6 +51,7 @@ type config struct {
 	targetRTT      time.Duration
 	command        string
 	renderOnly     bool
+	buildPeer      bool
 }
 
 func main() {
@@ -65,7 +68,11 @@ func main() {
 		return
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	err = run(ctx, cfg)
+	if cfg.buildPeer {
+		err = buildPeer(ctx)
+	} else {
+		err = run(ctx, cfg)
+	}
 	stop()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
@@ -90,6 +97,7 @@ func parseFlags(args []string) (*config, error) {
 	targetRTT := fs.Duration("target-rtt", 5*time.Millisecond, "RTT at which the issue's targets are checked")
 	command := fs.String("command", "", "the command line to record in RESULTS.md (default: this one)")
 	renderOnly := fs.Bool("render-only", false, "measure nothing: draw the chart again from -out's results.json (after a change to the chart)")
+	buildPeer := fs.Bool("build-awspeer", false, "only build the AWS lock client peer into .cache/awspeer (make awspeer) and exit")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
@@ -99,7 +107,7 @@ func parseFlags(args []string) (*config, error) {
 	cfg := &config{
 		duration: *duration, uncontended: *unc, quick: *quick, out: *out,
 		burstWorkers: *burstWorkers, burstRounds: *burstRounds, takeoverLease: *lease,
-		takeoverTrials: *trials, targetRTT: *targetRTT, command: *command, renderOnly: *renderOnly,
+		takeoverTrials: *trials, targetRTT: *targetRTT, command: *command, renderOnly: *renderOnly, buildPeer: *buildPeer,
 	}
 	if cfg.renderOnly && cfg.out == "" {
 		return nil, errors.New("-render-only needs -out (the directory holding results.json)")
@@ -177,10 +185,55 @@ func logf(format string, args ...any) {
 	fmt.Fprintf(os.Stderr, "%s bench: %s\n", time.Now().Format("15:04:05"), fmt.Sprintf(format, args...))
 }
 
+// buildPeer builds the AWS lock client peer (make awspeer).
+func buildPeer(ctx context.Context) error {
+	t0 := time.Now()
+	if _, err := bench.EnsureAWSPeer(ctx); err != nil {
+		return err
+	}
+	logf("awspeer: built (%s)", time.Since(t0).Round(100*time.Millisecond))
+	return nil
+}
+
+// ensurePeers builds the AWS lock client peer if a selected strategy needs it. A peer
+// that cannot be built is left out of the run, loudly: the log says why, and so do the
+// report's text, RESULTS.md and results.json.
+func ensurePeers(ctx context.Context, cfg *config, r *bench.Runner, res *bench.Results) {
+	i := slices.IndexFunc(cfg.strategies, func(s bench.Strategy) bool { return s.Peer != nil })
+	if i < 0 {
+		return
+	}
+	logf("awspeer: building the AWS lock client peer if needed (the first build fetches it with Maven) ...")
+	t0 := time.Now()
+	peer, err := bench.EnsureAWSPeer(ctx)
+	if err == nil {
+		logf("awspeer: ready (%s)", time.Since(t0).Round(100*time.Millisecond))
+		r.AWSPeer = peer
+		return
+	}
+	var kept []bench.Strategy
+	for _, s := range cfg.strategies {
+		if s.Peer == nil {
+			kept = append(kept, s)
+			continue
+		}
+		res.Skipped = append(res.Skipped, bench.Skipped{Strategy: s.Name, Reason: err.Error()})
+	}
+	cfg.strategies = kept
+	logf("################################################################################")
+	logf("awspeer: THE AWS LOCK CLIENT PEER COULD NOT BE BUILT; the run goes on without %s:", bench.AWSLockClient)
+	for _, l := range strings.Split(err.Error(), "\n") {
+		logf("awspeer:   %s", l)
+	}
+	logf("################################################################################")
+}
+
 func run(ctx context.Context, cfg *config) (err error) {
 	began := time.Now()
 	res := &bench.Results{Generated: began.UTC().Truncate(time.Second), Command: cfg.command, Machine: bench.Describe(),
 		Revision: revision()}
+	r := &bench.Runner{RunID: randomHex(3)}
+	ensurePeers(ctx, cfg, r, res)
 
 	endpoint := os.Getenv(ddblocal.EnvEndpoint)
 	external := endpoint != ""
@@ -212,7 +265,7 @@ func run(ctx context.Context, cfg *config) (err error) {
 	var paths []bench.Path
 	for _, rtt := range cfg.rtts {
 		if rtt == 0 {
-			paths = append(paths, bench.Path{DB: direct})
+			paths = append(paths, bench.Path{DB: direct, Endpoint: endpoint})
 			continue
 		}
 		proxy, err := bench.NewDelayProxy(u.Host, rtt)
@@ -224,7 +277,7 @@ func run(ctx context.Context, cfg *config) (err error) {
 		if err != nil {
 			return err
 		}
-		paths = append(paths, bench.Path{RTT: rtt, DB: c})
+		paths = append(paths, bench.Path{RTT: rtt, DB: c, Endpoint: u.Scheme + "://" + proxy.Addr()})
 	}
 
 	tables, err := createTables(ctx, direct, external)
@@ -232,7 +285,7 @@ func run(ctx context.Context, cfg *config) (err error) {
 		return err
 	}
 	defer tables.cleanup()
-	r := &bench.Runner{LockTable: tables.lock, DataTable: tables.data, RunID: randomHex(3)}
+	r.LockTable, r.DataTable = tables.lock, tables.data
 
 	for _, p := range paths {
 		rtt, err := r.MeasureRTT(ctx, p, 30)
@@ -247,6 +300,9 @@ func run(ctx context.Context, cfg *config) (err error) {
 	if cfg.scenarios[bench.ScenarioUncontended] {
 		for _, p := range paths {
 			for _, s := range cfg.strategies {
+				if s.Peer != nil {
+					continue // hot key only
+				}
 				rec, err := r.Uncontended(ctx, s, p, cfg.uncontended)
 				if err != nil {
 					return err
@@ -275,6 +331,13 @@ func run(ctx context.Context, cfg *config) (err error) {
 			for _, n := range cfg.workers {
 				for _, s := range cfg.strategies {
 					rec, err := r.HotKey(ctx, s, p, n, cfg.duration)
+					if err != nil && s.Peer != nil && ctx.Err() == nil {
+						// A peer is a process of its own: its failure is reported, not fatal.
+						reason := fmt.Sprintf("hot key +%s N=%d failed: %v", p.RTT, n, err)
+						res.Skipped = append(res.Skipped, bench.Skipped{Strategy: s.Name, Reason: reason})
+						logf("hot key %-22s NOT MEASURED: %s", s.Name, reason)
+						continue
+					}
 					if err != nil {
 						return err
 					}
@@ -441,13 +504,19 @@ func bursts(ctx context.Context, r *bench.Runner, cfg *config, paths []bench.Pat
 			paths = keep
 		}
 	}
+	var strategies []bench.Strategy
+	for _, s := range cfg.strategies {
+		if s.Peer == nil { // hot key only
+			strategies = append(strategies, s)
+		}
+	}
 	var all []bench.Record
 	for _, p := range paths {
 		logf("burst +%s: %d workers × %d rounds on fresh keys (all strategies in parallel) ...", p.RTT, cfg.burstWorkers, cfg.burstRounds)
-		recs := make([]bench.Record, len(cfg.strategies))
-		errs := make([]error, len(cfg.strategies))
+		recs := make([]bench.Record, len(strategies))
+		errs := make([]error, len(strategies))
 		var wg sync.WaitGroup
-		for i, s := range cfg.strategies {
+		for i, s := range strategies {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()

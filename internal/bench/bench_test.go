@@ -433,6 +433,40 @@ func TestChartCutsAnOutlyingBaseline(t *testing.T) {
 	}
 }
 
+// TestReportAWSLockClient: the AWS lock client's records appear in the chart and the
+// tables as a baseline with what ran, it is never the best lockcore strategy, and a run
+// that could not build it says so in RESULTS.md and the text report.
+func TestReportAWSLockClient(t *testing.T) {
+	r := sampleResults()
+	impl := "dynamodb-lock-client 1.3.0 on AWS SDK for Java 2.57.8"
+	r.Records = append(r.Records, Record{Strategy: AWSLockClient, Scenario: ScenarioHotKey, RTTms: 5, Workers: 16, Baseline: true,
+		Efficiency: fp(2), Jain: fp(1), LockCUPerCS: fp(1), Starved: ip(0), Implementation: impl})
+	r.Evaluate(5, 3*time.Second)
+	if r.Best == AWSLockClient {
+		t.Error("the AWS lock client was ranked as a lockcore strategy")
+	}
+	if svg := r.Chart(); !strings.Contains(svg, AWSLockClient+" †") {
+		t.Error("chart lacks the AWS lock client as a baseline")
+	}
+	md := r.Markdown(Strategies())
+	for _, s := range []string{"| " + AWSLockClient + " † |", impl, "`" + AWSLockClient + "` † (bench only)"} {
+		if !strings.Contains(md, s) {
+			t.Errorf("RESULTS.md lacks %q", s)
+		}
+	}
+
+	r.Skipped = []Skipped{{Strategy: AWSLockClient, Reason: "awspeer: the AWS lock client peer needs mvn on PATH"}}
+	md = r.Markdown(Strategies())
+	if !strings.Contains(md, "**Not measured: `"+AWSLockClient+"`.** awspeer: the AWS lock client peer needs mvn on PATH") {
+		t.Error("RESULTS.md does not say why the AWS lock client was not measured")
+	}
+	var text bytes.Buffer
+	r.PrintText(&text)
+	if !strings.Contains(text.String(), "NOT MEASURED: "+AWSLockClient+": awspeer: the AWS lock client peer needs mvn") {
+		t.Errorf("text report does not say why the AWS lock client was not measured:\n%s", text.String())
+	}
+}
+
 func TestSelectStrategies(t *testing.T) {
 	all, err := SelectStrategies("all")
 	if err != nil || len(all) != len(Strategies()) {

@@ -2,6 +2,7 @@ package bench
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 )
 
@@ -34,6 +35,19 @@ func (r *Results) Markdown(strategies []Strategy) string {
 	p("> efficiencies depend on that load: the same run at load 15 and at load 5 differed by up to 2×, and the")
 	p("> *slowest call* columns flag stalls. Calls and capacity units per critical section, double holders and")
 	p("> lost updates depend much less on speed and are the robust figures.")
+	for _, sk := range r.Skipped {
+		first, rest, _ := strings.Cut(strings.TrimSpace(sk.Reason), "\n")
+		p(">")
+		p("> **Not measured: `%s`.** %s", sk.Strategy, first)
+		if rest != "" {
+			p(">")
+			p("> ```")
+			for _, l := range strings.Split(rest, "\n") {
+				p("> %s", l)
+			}
+			p("> ```")
+		}
+	}
 	if r.Params.Quick {
 		p(">")
 		p("> **QUICK=1.** In a %s window each of 16 workers completes only a few critical sections, so Jain's", r.Params.Duration)
@@ -82,6 +96,17 @@ func (r *Results) Markdown(strategies []Strategy) string {
 	p("*Lost* = completed CSes − final counter. *Double* = CS entries that found another holder inside.")
 	p("*Slowest call* = the slowest single DynamoDB call of the run: hundreds of ms mean the machine stalled.")
 	p("")
+	if impl := r.implementations(); len(impl) > 0 {
+		p("`%s` † is AWS's own lock client, the answer to \"why not AWS's client?\": the peer in `bench/awspeer`", AWSLockClient)
+		p("(built by `make awspeer` into `.cache/awspeer`) runs the same loop on the same counter in a JVM of its own,")
+		p("through the same delay proxy, and counts its calls with an SDK execution interceptor by the rules below")
+		p("(the lock's calls and the critical section's go through two clients). It ran:")
+		p("")
+		for _, x := range impl {
+			p("- %s.", x)
+		}
+		p("")
+	}
 	r.hotTable().markdown(&b)
 	p("")
 	p("The lock's calls per critical section by operation at +%g ms (\"failed\": refused by their condition,", r.Params.TargetRTTms)
@@ -139,13 +164,24 @@ func (r *Results) Markdown(strategies []Strategy) string {
 	p("")
 	p("## How capacity is counted")
 	p("")
-	p("Every call goes through a counting wrapper of `lockcore.DynamoDB` that asks for `ReturnConsumedCapacity")
-	p("TOTAL`. Successful single-item writes and reads use the engine's figure (1 WCU per KB; 1 RCU per 4 KB for")
-	p("strongly consistent reads and queries). A write refused by its condition counts 1 WCU (the service")
-	p("charges it; the error carries no figure). A transaction counts 2 WCU per item and KB, whether it commits")
-	p("or is cancelled (DynamoDB Local reports only the plain cost). Calls that failed before a decision")
-	p("(network, throttling) count 0.")
+	p("Every call goes through a counting wrapper of `lockcore.DynamoDB` (for `%s`, an SDK execution interceptor", AWSLockClient)
+	p("with the same rules) that asks for `ReturnConsumedCapacity TOTAL`. Successful single-item writes and")
+	p("reads use the engine's figure (1 WCU per KB; 1 RCU per 4 KB for strongly consistent reads and queries).")
+	p("A write refused by its condition counts 1 WCU (the service charges it; the error carries no figure).")
+	p("A transaction counts 2 WCU per item and KB, whether it commits or is cancelled (DynamoDB Local reports")
+	p("only the plain cost). Calls that failed before a decision (network, throttling) count 0.")
 	return b.String()
+}
+
+// implementations lists the distinct Implementation strings of the records.
+func (r *Results) implementations() []string {
+	var out []string
+	for _, x := range r.Records {
+		if x.Implementation != "" && !slices.Contains(out, x.Implementation) {
+			out = append(out, x.Implementation)
+		}
+	}
+	return out
 }
 
 func quickNote(q bool) string {

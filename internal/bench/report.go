@@ -41,7 +41,8 @@ type Record struct {
 	DoubleHolders *int64   `json:"double_holders"`
 	TakeoverMs    *float64 `json:"takeover_ms"` // the longest of the trials
 
-	Baseline       bool               `json:"baseline"` // a published design, not lockcore
+	Baseline       bool               `json:"baseline"`                 // a published design or AWS's lock client, not lockcore
+	Implementation string             `json:"implementation,omitempty"` // a peer's libraries and settings
 	MeasuredRTTms  float64            `json:"measured_rtt_ms,omitempty"`
 	LockCUPerCS    *float64           `json:"lock_cu_per_cs,omitempty"` // WCU + RCU/5 of the lock's own calls
 	CondFailsPerCS *float64           `json:"cond_fails_per_cs,omitempty"`
@@ -136,6 +137,14 @@ type Results struct {
 	Targets    []Target    `json:"targets"`
 	References []Reference `json:"references"`
 	Best       string      `json:"best_strategy"`
+	Skipped    []Skipped   `json:"skipped,omitempty"`
+}
+
+// Skipped is a selected strategy the run could not measure, and why (the AWS lock client
+// peer when Java, javac or Maven is missing, or its build failed).
+type Skipped struct {
+	Strategy string `json:"strategy"`
+	Reason   string `json:"reason"`
 }
 
 // WriteJSON writes the results, indented.
@@ -644,4 +653,7 @@ func (r *Results) PrintText(w io.Writer) {
 		}
 	}
 	fmt.Fprintf(w, "\ntargets: %d PASS, %d MISS\n", pass, miss)
+	for _, s := range r.Skipped {
+		fmt.Fprintf(w, "\nNOT MEASURED: %s: %s\n", s.Strategy, s.Reason)
+	}
 }

@@ -19,13 +19,17 @@ import (
 type Path struct {
 	RTT time.Duration     // round-trip time the proxy adds (0: direct)
 	DB  lockcore.DynamoDB // a client along this path
+	// Endpoint is the URL DB talks to (the engine's, or the delay proxy's): a peer in a
+	// process of its own (the AWS lock client) takes the same path through it.
+	Endpoint string
 }
 
 // Runner runs the scenarios on one pair of tables.
 type Runner struct {
 	LockTable string
 	DataTable string
-	RunID     string // makes keys unique per bench run
+	RunID     string   // makes keys unique per bench run
+	AWSPeer   *AWSPeer // the built AWS lock client peer (nil: not built; see EnsureAWSPeer)
 	seq       atomic.Int64
 }
 
@@ -51,6 +55,9 @@ func stalls(rec *Record, env *Env) {
 }
 
 func newWorkers(s Strategy, env *Env, prefix string, n int, t Tuning) ([]Worker, error) {
+	if s.New == nil {
+		return nil, fmt.Errorf("%s runs in a peer process of its own, hot-key runs only", s.Name)
+	}
 	ws := make([]Worker, n)
 	for i := range ws {
 		w, err := s.New(env, fmt.Sprintf("%s-%02d", prefix, i), t)
@@ -153,6 +160,9 @@ type workerStats struct {
 // (consistent read + write of a separate counter item), release. It measures d after a
 // warm-up of a quarter of d (at most 2 s).
 func (r *Runner) HotKey(ctx context.Context, s Strategy, p Path, n int, d time.Duration) (Record, error) {
+	if s.Peer != nil {
+		return r.peerHotKey(ctx, s, p, n, d)
+	}
 	return r.closedLoop(ctx, s, p, n, d, ScenarioHotKey, 1, 1)
 }
 
@@ -361,8 +371,6 @@ func (r *Runner) closedLoop(ctx context.Context, s Strategy, p Path, n int, d ti
 	}
 	wg.Wait()
 	first, end := <-atStart, <-atEnd
-	lockUse := end.lock.Sub(first.lock)
-	dataUse := end.data.Sub(first.data)
 	ops := map[string]int64{}
 	for k, v := range end.ops {
 		if n := v - first.ops[k]; n > 0 {
@@ -378,13 +386,50 @@ func (r *Runner) closedLoop(ctx context.Context, s Strategy, p Path, n int, d ti
 		}
 		counter += v
 	}
+	var events int64
+	for _, o := range ov {
+		events += o.Events()
+	}
+	a, na := env.Lock.C.Slowest()
+	b, nb := env.Data.C.Slowest()
+	summarize(&rec, loopResult{
+		stats: stats, intervals: tl.Intervals(), doubleHolders: events,
+		lockUse: end.lock.Sub(first.lock), dataUse: end.data.Sub(first.data), ops: ops,
+		counter: counter, idle: idle, d: d, per: per, optimistic: optimistic,
+		slowest: max(a, b), slowCalls: na + nb,
+	})
+	return rec, nil
+}
+
+// loopResult is what a closed-loop run collected (in this process, or in a peer's).
+type loopResult struct {
+	stats            []workerStats
+	intervals        []Interval // the measured critical sections, ordered by start
+	doubleHolders    int64      // critical-section entries that found another holder inside
+	lockUse, dataUse Usage      // the lock's and the critical section's calls in the window
+	ops              map[string]int64
+	counter          int64         // the counters' final sum
+	idle             time.Duration // round trip measured just before the run
+	d                time.Duration // the measured window
+	per              int           // keys per critical section
+	optimistic       bool          // no lock: the update is the critical section
+	slowest          time.Duration // the slowest call of the run
+	slowCalls        int64         // calls slower than SlowCall
+}
+
+// summarize fills rec with a closed-loop run's figures: rate and efficiency, the lock's
+// calls and capacity per critical section, handoffs, fairness, and the safety checks
+// (lost updates: completed sections × keys − the counters' final sum).
+func summarize(rec *Record, lr loopResult) {
+	lockUse, dataUse, d, per, optimistic := lr.lockUse, lr.dataUse, lr.d, lr.per, lr.optimistic
+	rtt, idle := lr.idle, lr.idle
 	var perWorker []int
 	var total, inWindow int
 	var maxWait time.Duration
 	var csTimes, reads []time.Duration
 	var errs int
 	starved := 0
-	for _, st := range stats {
+	for _, st := range lr.stats {
 		perWorker = append(perWorker, st.inWindow)
 		total += st.total
 		inWindow += st.inWindow
@@ -443,29 +488,25 @@ func (r *Runner) closedLoop(ctx context.Context, s Strategy, p Path, n int, d ti
 		rec.CondFailsPerCS = fp(float64(lockUse.CondFails) / c)
 		rec.CSCallsPerCS = fp(float64(dataUse.Calls) / c)
 		rec.OpsPerCS = map[string]float64{}
-		for k, v := range ops {
+		for k, v := range lr.ops {
 			rec.OpsPerCS[k] = float64(v) / c
 		}
 	}
 	if !optimistic {
-		h := Handoffs(tl.Intervals())
+		h := Handoffs(lr.intervals)
 		if len(h) > 0 {
 			rec.HandoffP50ms = fp(ms(Percentile(h, 50)))
 			rec.HandoffP99ms = fp(ms(Percentile(h, 99)))
 		}
-		var events int64
-		for _, o := range ov {
-			events += o.Events()
-		}
-		rec.DoubleHolders = i64p(events)
+		rec.DoubleHolders = i64p(lr.doubleHolders)
 	}
 	rec.Jain = fp(Jain(perWorker))
 	rec.MaxWaitMs = fp(ms(maxWait))
 	rec.Starved = ip(starved)
-	rec.LostUpdates = i64p(int64(total*per) - counter)
+	rec.LostUpdates = i64p(int64(total*per) - lr.counter)
 	rec.PerWorker = perWorker
-	stalls(&rec, env)
-	return rec, nil
+	rec.SlowestCallMs = ms(lr.slowest)
+	rec.SlowCalls = lr.slowCalls
 }
 
 // Burst releases n workers at once on a fresh key, rounds times; each does one critical

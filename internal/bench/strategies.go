@@ -66,13 +66,16 @@ type Optimist interface {
 type Strategy struct {
 	Name     string
 	About    string
-	Baseline bool // a published design, kept in the bench only
+	Baseline bool // a baseline (a published design, AWS's lock client), kept in the bench only
 	// Modes are the takeover modes the takeover scenario runs; none: not measured.
 	Modes []TakeoverCase
 	// MultiKey: the strategy has a multi-key acquisition of its own (its workers are
 	// SetWorkers); only such strategies run the multi-key scenario.
 	MultiKey bool
 	New      func(env *Env, owner string, t Tuning) (Worker, error)
+	// Peer: the strategy runs in a process of its own (the AWS lock client peer, see
+	// EnsureAWSPeer) with these settings, hot-key runs only; New is nil.
+	Peer *PeerSettings
 }
 
 // TakeoverCase is one takeover mode of a strategy.
@@ -191,6 +194,13 @@ func Strategies() []Strategy {
 			New: func(env *Env, owner string, t Tuning) (Worker, error) {
 				return newPublishedFIFO(env, owner, t), nil
 			},
+		},
+		{
+			Name: AWSLockClient,
+			About: "AWS's Java lock client (com.amazonaws:dynamodb-lock-client on the AWS SDK for Java 2.x) in a JVM of its own, " +
+				"through the same proxy: " + AWSPeerSettings.String() + "; one lock client per worker, lock row deleted on release; hot key only",
+			Baseline: true,
+			Peer:     &AWSPeerSettings,
 		},
 	}
 }

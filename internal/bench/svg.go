@@ -73,7 +73,7 @@ func (r *Results) Chart() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" viewBox="0 0 %d %d" font-family="sans-serif" font-size="11">`+"\n", w, h, w, h)
 	fmt.Fprintf(&b, `<rect width="%d" height="%d" fill="white"/>`+"\n", w, h)
-	fmt.Fprintf(&b, `<text x="10" y="20" font-size="14" font-weight="bold">Hot key at +%g ms RTT: lockcore strategies and published designs (†)</text>`+"\n", rtt)
+	fmt.Fprintf(&b, `<text x="10" y="20" font-size="14" font-weight="bold">Hot key at +%g ms RTT: lockcore strategies and baselines (†)</text>`+"\n", rtt)
 	clipped := false
 	for pi, p := range panels {
 		ox := 10 + pi*(pw+gap)
@@ -149,7 +149,7 @@ func (r *Results) Chart() string {
 		fmt.Fprintf(&b, `<rect x="%d" y="%d" width="12" height="12" fill="%s"/>`+"\n", lx, ly, colors[wi%len(colors)])
 		fmt.Fprintf(&b, `<text x="%d" y="%d">N = %d workers</text>`+"\n", lx+16, ly+10, n)
 	}
-	note := "† published design (baseline)"
+	note := "† baseline: a published design or AWS's lock client"
 	if clipped {
 		note += "; a bar cut at the top of its axis shows its value"
 	}
