@@ -126,8 +126,8 @@ demo: ## Run the demo against a fresh local engine (or DYNAMODB_ENDPOINT); flags
 	$(GO) run ./cmd/demo $(DEMO_FLAGS)
 
 .PHONY: demo-scale
-demo-scale: ## Concurrency sweep: 300 orders at 12, 40, 100 (legacy run at 40); table, bench/demo-scale.json, bench/demo-scale.svg. Flags via DEMO_SCALE_FLAGS="-orders 100".
-	$(GO) run ./cmd/demo -scale 12,40,100 -legacy-at 40 -json bench/demo-scale.json -svg bench/demo-scale.svg $(DEMO_SCALE_FLAGS)
+demo-scale: ## Sweep: 300 orders at 12, 40, 100 with 4 and with 1 hot SKU (turnstile, naive, optimistic; legacy at 40); table, bench/demo-scale.json, bench/demo-scale.svg. Flags via DEMO_SCALE_FLAGS="-orders 100".
+	$(GO) run ./cmd/demo -scale 12,40,100 -scale-hot 4,1 -legacy-at 40 -json bench/demo-scale.json -svg bench/demo-scale.svg $(DEMO_SCALE_FLAGS)
 
 # ---------------------------------------------------------------------------------------------
 # Benchmark (issue #6): cmd/bench writes bench/results.json, bench/RESULTS.md, bench/chart.svg.

@@ -2,7 +2,8 @@
 // Lambda handlers of the SAM application on a local DynamoDB engine — SQS batches to many
 // concurrent order processors, StockAdjusted events to the inventory updater, holder
 // crashes found by the janitor on the lock table's stream — then the same workload
-// through naive read-then-write code, and reports both (see package internal/demo).
+// through naive read-then-write code and through optimistic code (version-conditioned
+// writes retried on conflict, no locks), and reports all three (see package internal/demo).
 //
 // It starts (and afterwards stops) DynamoDB Local unless DYNAMODB_ENDPOINT names a
 // running engine; with -scale, one for each concurrency. It exits 0 when every invariant
@@ -10,13 +11,14 @@
 //
 // Usage:
 //
-//	go run ./cmd/demo [-orders 300] [-concurrency 12] [-seed 1] [-crashes 3] [-hot-skus 4] [-legacy] [-json demo-report.json]
-//	go run ./cmd/demo -scale 12,40,100 [-legacy-at 40] [-orders 300] [-json demo-scale.json] [-svg demo-scale.svg]
+//	go run ./cmd/demo [-orders 300] [-concurrency 12] [-seed 1] [-crashes 3] [-hot-skus 4] [-legacy] [-optimistic=false] [-json demo-report.json]
+//	go run ./cmd/demo -scale 12,40,100 [-scale-hot 4,1] [-legacy-at 40] [-orders 300] [-json demo-scale.json] [-svg demo-scale.svg]
 //
-// -legacy adds a run of the handlers as they were before (1 s wait, then back to SQS).
-// -scale runs the demo once per concurrency and prints one table of the per-order figures
-// (also written as JSON and as an SVG chart); -legacy-at lists the concurrencies at which
-// the legacy run is added.
+// -legacy adds a run of the handlers as they were before (1 s wait, then back to SQS);
+// -optimistic=false leaves out the optimistic run. -scale runs the demo once per
+// concurrency — for each number of hot SKUs in -scale-hot (default: -hot-skus) — and
+// prints one table of the per-order figures (also written as JSON and as an SVG chart);
+// -legacy-at lists the concurrencies at which the legacy run is added.
 package main
 
 import (
@@ -52,10 +54,12 @@ func run(args []string, stdout, stderr io.Writer) int {
 	crashes := fs.Int("crashes", def.Crashes, "holder crashes to inject")
 	hot := fs.Int("hot-skus", def.HotSKUs, fmt.Sprintf("hot SKUs in the catalogue (1..%d)", demo.MaxHotSKUs))
 	legacy := fs.Bool("legacy", false, "also run the handlers as before (1s wait budget, then back to SQS) for comparison")
+	optimistic := fs.Bool("optimistic", def.Optimistic, "also run optimistic code without locks (version-conditioned writes, retried on conflict)")
 	poison := fs.Int("poison", 0, "malformed messages to send (0: orders/100, at least 2; -1: none)")
 	jsonPath := fs.String("json", "", "where to write the report (\"\" for nowhere; default demo-report.json, with -scale demo-scale.json)")
 	scale := fs.String("scale", "", "comma-separated concurrencies to sweep (e.g. 12,40,100)")
 	legacyAt := fs.String("legacy-at", "", "with -scale: concurrencies at which the legacy run is added (e.g. 40)")
+	scaleHot := fs.String("scale-hot", "", "with -scale: comma-separated numbers of hot SKUs, a sweep for each (e.g. 4,1; default -hot-skus)")
 	svgPath := fs.String("svg", "demo-scale.svg", "with -scale: where to write the chart (\"\" for nowhere)")
 	logPath := fs.String("log", "", "where to write the handlers' JSON logs (default .cache/demo/handlers.log)")
 	if err := fs.Parse(args); err != nil {
@@ -67,7 +71,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	cfg := def
 	cfg.Orders, cfg.Concurrency, cfg.Seed, cfg.Crashes, cfg.HotSKUs = *orders, *concurrency, *seed, *crashes, *hot
-	cfg.Legacy, cfg.Poison = *legacy, *poison
+	cfg.Legacy, cfg.Poison, cfg.Optimistic = *legacy, *poison, *optimistic
 	sweep, err := ints(*scale)
 	if err != nil {
 		fmt.Fprintln(stderr, "demo: -scale:", err)
@@ -77,6 +81,14 @@ func run(args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		fmt.Fprintln(stderr, "demo: -legacy-at:", err)
 		return 2
+	}
+	hots, err := ints(*scaleHot)
+	if err != nil {
+		fmt.Fprintln(stderr, "demo: -scale-hot:", err)
+		return 2
+	}
+	if len(hots) == 0 {
+		hots = []int{cfg.HotSKUs}
 	}
 	if *jsonPath == "" && !explicit(fs, "json") {
 		*jsonPath = "demo-report.json"
@@ -112,7 +124,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 
 	if len(sweep) > 0 {
-		return runScale(ctx, cfg, sweep, legacyConc, *jsonPath, *svgPath, stdout, stderr)
+		return runScale(ctx, cfg, hots, sweep, legacyConc, *jsonPath, *svgPath, stdout, stderr)
 	}
 	endpoint, stopEngine, err := engine(ctx, stdout)
 	if err != nil {
@@ -187,19 +199,30 @@ func isTerminal(w io.Writer) bool {
 	return err == nil && st.Mode()&os.ModeCharDevice != 0
 }
 
-// runScale runs the demo once per concurrency and reports the sweep.
-func runScale(ctx context.Context, cfg demo.Config, sweep, legacyAt []int, jsonPath, svgPath string, stdout, stderr io.Writer) int {
+// runScale runs the demo once per number of hot SKUs and concurrency and reports the
+// sweep.
+func runScale(ctx context.Context, cfg demo.Config, hots, sweep, legacyAt []int, jsonPath, svgPath string, stdout, stderr io.Writer) int {
 	sc := &demo.Scale{Orders: cfg.Orders, Seed: cfg.Seed}
-	code := 0
-	for _, c := range sweep {
-		run := cfg
-		run.Concurrency = c
-		run.Legacy = cfg.Legacy || slices.Contains(legacyAt, c)
-		if err := run.Validate(); err != nil {
-			fmt.Fprintln(stderr, "demo:", err)
-			return 2
+	type point struct{ hot, conc int }
+	var points []point
+	for _, h := range hots {
+		for _, c := range sweep {
+			run := cfg
+			run.HotSKUs, run.Concurrency = h, c
+			if err := run.Validate(); err != nil {
+				fmt.Fprintln(stderr, "demo:", err)
+				return 2
+			}
+			points = append(points, point{h, c})
 		}
-		fmt.Fprintf(stdout, "\n=== concurrency %d ===\n", c)
+	}
+	code := 0
+	for _, pt := range points {
+		c := pt.conc
+		run := cfg
+		run.HotSKUs, run.Concurrency = pt.hot, c
+		run.Legacy = cfg.Legacy || slices.Contains(legacyAt, c)
+		fmt.Fprintf(stdout, "\n=== %d hot SKUs, concurrency %d ===\n", pt.hot, c)
 		// Every point gets an engine of its own (unless DYNAMODB_ENDPOINT names one): a
 		// DynamoDB Local that has served the earlier points (five runs' tables, deleted,
 		// and their streams) answers more slowly, and on one engine for the whole sweep
@@ -220,7 +243,7 @@ func runScale(ctx context.Context, cfg demo.Config, sweep, legacyAt []int, jsonP
 		}
 		switch {
 		case errors.Is(err, demo.ErrInvariants):
-			fmt.Fprintf(stderr, "demo: concurrency %d FAILED:\n", c)
+			fmt.Fprintf(stderr, "demo: %d hot SKUs, concurrency %d FAILED:\n", pt.hot, c)
 			for _, v := range rep.Violations {
 				fmt.Fprintln(stderr, "  -", v)
 			}

@@ -2,7 +2,9 @@
 // handlers of the SAM application (functions/...) and the real event shapes, against a
 // local DynamoDB engine, with simulated SQS, EventBridge and DynamoDB Streams event
 // sources, injected holder crashes, and the same workload run once more through naive
-// read-then-write code to measure what goes wrong without locks.
+// read-then-write code to measure what goes wrong without locks, and once through
+// optimistic code (version-conditioned writes retried on conflict) to measure what the
+// alternative to locks costs.
 package demo
 
 import (
@@ -59,11 +61,15 @@ type Config struct {
 	// Poison is the number of malformed messages sent with the orders (default orders/100,
 	// at least 2; -1 for none).
 	Poison int
+	// Optimistic adds the optimistic run after the naive one: the same workload through
+	// code without locks that writes with version conditions and retries on conflict
+	// (optimisticStore), as correct as the turnstile run and checked like it.
+	Optimistic bool
 }
 
 // DefaultConfig returns the defaults of `make demo`.
 func DefaultConfig() Config {
-	return Config{Orders: 300, Concurrency: 12, Seed: 1, Crashes: 3, HotSKUs: 4}
+	return Config{Orders: 300, Concurrency: 12, Seed: 1, Crashes: 3, HotSKUs: 4, Optimistic: true}
 }
 
 func (c Config) poison() int {
@@ -146,7 +152,8 @@ func deriveSettings(catalogue int) settings {
 // tuneSettings lets tests shorten timings.
 var tuneSettings func(*settings)
 
-// Run runs the demo: the turnstile run, then the naive baseline. The report is returned
+// Run runs the demo: the turnstile run, then the naive baseline, then (Config.Optimistic)
+// the optimistic run and (Config.Legacy) the legacy run. The report is returned
 // also when an invariant failed (with an error matching ErrInvariants).
 func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if err := cfg.Validate(); err != nil {
@@ -156,6 +163,52 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		cfg.MaxDuration = 4 * time.Minute
 	}
 	start := time.Now()
+	d, err := newDemo(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	d.announce()
+
+	rep := &Report{Phases: map[string]float64{}, CallsByFunction: map[string]int64{}}
+	t0 := time.Now()
+	tr, err := d.runTurnstile(ctx, false)
+	if err != nil {
+		return nil, fmt.Errorf("turnstile run: %w", err)
+	}
+	rep.Phases["turnstile"] = round1(time.Since(t0).Seconds())
+	t1 := time.Now()
+	br, err := d.runBaseline(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("baseline run: %w", err)
+	}
+	rep.Phases["baseline"] = round1(time.Since(t1).Seconds())
+	var opr *runResult
+	if cfg.Optimistic {
+		t2 := time.Now()
+		if opr, err = d.runOptimistic(ctx); err != nil {
+			return nil, fmt.Errorf("optimistic run: %w", err)
+		}
+		rep.Phases["optimistic"] = round1(time.Since(t2).Seconds())
+	}
+	var lr *runResult
+	if cfg.Legacy {
+		t2 := time.Now()
+		if lr, err = d.runTurnstile(ctx, true); err != nil {
+			return nil, fmt.Errorf("legacy run: %w", err)
+		}
+		rep.Phases["legacy"] = round1(time.Since(t2).Seconds())
+	}
+	d.fill(rep, tr, br, opr, lr)
+	rep.DurationS = math.Round(time.Since(start).Seconds()*10) / 10
+	if !rep.InvariantsOK || !rep.ChecksOK {
+		return rep, ErrInvariants
+	}
+	return rep, nil
+}
+
+// newDemo prepares the runs of cfg (valid, MaxDuration set): the template's tables and
+// the janitor's filters, the workload, the settings and the engine's clients.
+func newDemo(ctx context.Context, cfg Config) (*demo, error) {
 	tpl, err := template.LoadDefault()
 	if err != nil {
 		return nil, err
@@ -193,35 +246,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		return nil, err
 	}
 	d.suffix = randomHex(4)
-	d.announce()
-
-	rep := &Report{Phases: map[string]float64{}, CallsByFunction: map[string]int64{}}
-	t0 := time.Now()
-	tr, err := d.runTurnstile(ctx, false)
-	if err != nil {
-		return nil, fmt.Errorf("turnstile run: %w", err)
-	}
-	rep.Phases["turnstile"] = round1(time.Since(t0).Seconds())
-	t1 := time.Now()
-	br, err := d.runBaseline(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("baseline run: %w", err)
-	}
-	rep.Phases["baseline"] = round1(time.Since(t1).Seconds())
-	var lr *runResult
-	if cfg.Legacy {
-		t2 := time.Now()
-		if lr, err = d.runTurnstile(ctx, true); err != nil {
-			return nil, fmt.Errorf("legacy run: %w", err)
-		}
-		rep.Phases["legacy"] = round1(time.Since(t2).Seconds())
-	}
-	d.fill(rep, tr, br, lr)
-	rep.DurationS = math.Round(time.Since(start).Seconds()*10) / 10
-	if !rep.InvariantsOK || !rep.ChecksOK {
-		return rep, ErrInvariants
-	}
-	return rep, nil
+	return d, nil
 }
 
 type demo struct {
@@ -325,6 +350,8 @@ type runResult struct {
 	seconds                float64
 	ops                    map[string]int64   // requests by function, operation and table
 	opsCap                 map[string]float64 // their capacity units
+	hold                   *holdTimes         // the hottest SKU's critical section (runs with locks)
+	opt                    *optimisticStats   // the optimistic run's attempts
 }
 
 // crashPlan records the holder crashes (the crash orders' first receives, see
@@ -436,6 +463,7 @@ func (d *demo) runTurnstile(ctx context.Context, legacy bool) (*runResult, error
 	q := newQueue(run+"-demo-orders", region, set.visibility, set.maxReceive)
 	crashes := newCrashPlan(d.cfg.Crashes)
 	attempts := newAttemptStats()
+	hold := newHoldTimes(shop.SKULockKey(d.w.hottest()))
 	var envSeq atomic.Int64
 	var newEnvErr error
 	var newEnvErrOnce sync.Once
@@ -454,7 +482,8 @@ func (d *demo) runTurnstile(ctx context.Context, legacy bool) (*runResult, error
 					return nil
 				}
 			}
-			svc, err := shop.NewService(clients["orderprocessor"], tables, svcOpts(owner, hook)...)
+			opts := append(svcOpts(owner, hook), shop.WithLockObserver(hold.observer()))
+			svc, err := shop.NewService(clients["orderprocessor"], tables, opts...)
 			if err != nil {
 				newEnvErrOnce.Do(func() { newEnvErr = err })
 				return environment{owner: owner, h: failingHandler{err}}
@@ -555,7 +584,7 @@ func (d *demo) runTurnstile(ctx context.Context, legacy bool) (*runResult, error
 	if newEnvErr != nil {
 		return nil, newEnvErr
 	}
-	res.col, res.crashes, res.stream, res.emu, res.attempts = col, crashes, sm, emu, attempts
+	res.col, res.crashes, res.stream, res.emu, res.attempts, res.hold = col, crashes, sm, emu, attempts, hold
 	res.takeovers, res.ttlHeld, res.ttlInjected = det.count(), int(ttlHeld.Load()), int(ttlInjected.Load())
 	for _, n := range redriven {
 		res.redrives += n
@@ -851,8 +880,9 @@ func (d *demo) emulateTTL(ctx context.Context, table, ttlAttr string, emu *ttlEm
 	}
 }
 
-// fill turns the runs into the report (lr, the legacy run, may be nil).
-func (d *demo) fill(r *Report, tr, br, lr *runResult) {
+// fill turns the runs into the report (opr and lr, the optimistic and the legacy run, may
+// be nil).
+func (d *demo) fill(r *Report, tr, br, opr, lr *runResult) {
 	r.Runs = map[string]RunStats{}
 	total := func(m map[string]int64) int64 {
 		var t int64
@@ -861,7 +891,7 @@ func (d *demo) fill(r *Report, tr, br, lr *runResult) {
 		}
 		return t
 	}
-	for name, x := range map[string]*runResult{"turnstile": tr, "naive": br, "legacy": lr} {
+	for name, x := range map[string]*runResult{"turnstile": tr, "naive": br, "optimistic": opr, "legacy": lr} {
 		if x == nil {
 			continue
 		}
@@ -962,7 +992,7 @@ func (d *demo) fill(r *Report, tr, br, lr *runResult) {
 		VisibilityTimeoutS: d.set.visibility.Seconds(), MaxReceiveCount: d.set.maxReceive,
 		LeaseS:    d.set.lease.Seconds(),
 		TTLGraceS: d.set.ttlGrace.Seconds(), InvocationTimeoutS: d.set.invokeTimeout.Seconds(),
-		Legacy: d.cfg.Legacy, Poison: len(d.w.poison),
+		Legacy: d.cfg.Legacy, Optimistic: d.cfg.Optimistic, Poison: len(d.w.poison),
 		TTLFallbackS: d.set.ttlFallback.Seconds(), Engine: d.cfg.Endpoint,
 	}
 
@@ -993,6 +1023,35 @@ func (d *demo) fill(r *Report, tr, br, lr *runResult) {
 				checks = append(checks, fmt.Sprintf("%s: a malformed message was dead-lettered after %d receives, want maxReceiveCount %d", name, n, d.set.maxReceive))
 				break
 			}
+		}
+	}
+	if opr != nil {
+		// The optimistic run must be correct too: conditional writes instead of locks. Its
+		// price is retries and latency; orders it dead-lettered (conflicts exhausted the
+		// attempts of every receive) are reported in its figures, not as a violation.
+		o := opr.out
+		_, odead, _ := opr.q.stats()
+		r.Optimistic = &OptimisticOutcome{
+			OrdersCompleted: o.final, OrdersRejected: o.rejected, OrdersReserved: o.reserved,
+			DoubleProcessed: o.doubleProcessed, LostUpdates: o.lostUpdates, OversoldUnits: o.oversoldUnits,
+			ResidualUnits: o.residualUnits, AdjustmentsApplied: o.adjustmentsApplied, AdjustmentsRejected: o.adjustmentsRejected,
+			DeadLettered: odead, SKUs: o.skus,
+		}
+		vs := append([]string{}, o.violations...)
+		if o.lostUpdates > 0 {
+			vs = append(vs, fmt.Sprintf("%d stock writes overwrote updates they had not read (lost updates)", o.lostUpdates))
+		}
+		undecided := fmt.Sprintf("%d orders did not end RESERVED or REJECTED", len(o.notFinal))
+		for _, v := range vs {
+			if strings.HasPrefix(v, undecided) && len(o.notFinal) <= r.Runs["optimistic"].DeadLetteredOrders {
+				continue
+			}
+			r.Optimistic.Violations = append(r.Optimistic.Violations, v)
+			r.Violations = append(r.Violations, "optimistic: "+v)
+		}
+		r.InvariantsOK = r.InvariantsOK && len(r.Optimistic.Violations) == 0
+		if opr.timedOut {
+			checks = append(checks, fmt.Sprintf("the optimistic run did not settle within %s", d.cfg.MaxDuration))
 		}
 	}
 	if lr != nil {

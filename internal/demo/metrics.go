@@ -265,6 +265,9 @@ type audit struct {
 	// decision succeeded: the write landed, but its response was lost (a timeout) and the
 	// retry was refused; the service re-read the order to find its own decision there.
 	unseen map[string]bool
+	// decisionWrites are the successful requests that wrote at least one decision,
+	// decisionsWritten the decisions in them, maxPerWrite the most in one.
+	decisionWrites, decisionsWritten, maxPerWrite int
 }
 
 func newAudit(orders, inventory string) *audit {
@@ -275,25 +278,34 @@ func newAudit(orders, inventory string) *audit {
 }
 
 func (a *audit) observe(op string, params any) {
+	decisions := 0 // order decisions this write carried
 	switch in := params.(type) {
 	case *dynamodb.TransactWriteItemsInput:
 		for _, it := range in.TransactItems {
 			switch {
 			case it.Update != nil:
-				a.write(deref(it.Update.TableName), it.Update.Key, it.Update.ExpressionAttributeValues, nil)
+				decisions += a.write(deref(it.Update.TableName), it.Update.Key, it.Update.ExpressionAttributeValues, nil)
 			case it.Put != nil:
-				a.write(deref(it.Put.TableName), it.Put.Item, nil, it.Put.Item)
+				decisions += a.write(deref(it.Put.TableName), it.Put.Item, nil, it.Put.Item)
 			}
 		}
 	case *dynamodb.UpdateItemInput:
-		a.write(deref(in.TableName), in.Key, in.ExpressionAttributeValues, nil)
+		decisions += a.write(deref(in.TableName), in.Key, in.ExpressionAttributeValues, nil)
 	case *dynamodb.PutItemInput:
-		a.write(deref(in.TableName), in.Item, nil, in.Item)
+		decisions += a.write(deref(in.TableName), in.Item, nil, in.Item)
+	}
+	if decisions > 0 {
+		a.mu.Lock()
+		a.decisionWrites++
+		a.decisionsWritten += decisions
+		a.maxPerWrite = max(a.maxPerWrite, decisions)
+		a.mu.Unlock()
 	}
 	_ = op
 }
 
-func (a *audit) write(table string, key, values, item map[string]types.AttributeValue) {
+// write records one successful item write and returns 1 if it wrote an order's decision.
+func (a *audit) write(table string, key, values, item map[string]types.AttributeValue) int {
 	switch table {
 	case a.orders:
 		id := sAttr(key, "orderId")
@@ -313,16 +325,33 @@ func (a *audit) write(table string, key, values, item map[string]types.Attribute
 				a.decidedAt[id] = time.Now()
 			}
 			a.mu.Unlock()
+			return 1
 		}
 	case a.inventory:
 		if sAttr(key, "sk") != "STOCK" {
-			return
+			return 0
 		}
 		sku := strings.TrimPrefix(sAttr(key, "pk"), "SKU#")
 		a.mu.Lock()
 		a.stockWrites[sku]++
 		a.mu.Unlock()
 	}
+	return 0
+}
+
+// decisionWriteStats says how many orders each decision write covered: writes is the
+// number of successful requests (a PutItem, an UpdateItem, a TransactWriteItems) that
+// wrote at least one order's decision, perWrite the decisions they wrote divided by
+// writes (0 for none), maxPerWrite the most in one request. The service decides a
+// batch's group of orders in one transaction; the naive and optimistic code write one
+// order per request.
+func (a *audit) decisionWriteStats() (writes int, perWrite float64, maxPerWrite int) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.decisionWrites == 0 {
+		return 0, 0, 0
+	}
+	return a.decisionWrites, float64(a.decisionsWritten) / float64(a.decisionWrites), a.maxPerWrite
 }
 
 func (a *audit) snapshot() (decisions map[string][]string, stockWrites map[string]int) {
@@ -661,4 +690,71 @@ func attemptKind(out shop.Outcome, err error) string {
 		return "lease_lost"
 	}
 	return "other"
+}
+
+// holdTimes times the critical section of one lock key from lockcore's events (see
+// shop.WithLockObserver): for every acquisition of the key, the time from the
+// acquisition to its release (lockcore.LeaseEvent.Held: from the acquiring write's
+// answer to the releasing write's, so the release's round trip is in it). The demo
+// installs it on the order processor's services for the run's hottest SKU.
+type holdTimes struct {
+	key string
+
+	mu       sync.Mutex
+	acquired int
+	lost     int
+	held     []float64 // ms, one per clean release
+}
+
+func newHoldTimes(key string) *holdTimes { return &holdTimes{key: key} }
+
+// observer returns the lock observer that feeds h.
+func (h *holdTimes) observer() lockcore.Observer {
+	return lockcore.Observer{
+		Acquired: func(_ context.Context, e lockcore.AcquireEvent) {
+			if e.Key == h.key {
+				h.mu.Lock()
+				h.acquired++
+				h.mu.Unlock()
+			}
+		},
+		Released: func(_ context.Context, e lockcore.LeaseEvent) {
+			if e.Key == h.key {
+				h.add(e.Held)
+			}
+		},
+		LeaseLost: func(_ context.Context, e lockcore.LeaseEvent) {
+			if e.Key == h.key {
+				h.mu.Lock()
+				h.lost++
+				h.mu.Unlock()
+			}
+		},
+	}
+}
+
+func (h *holdTimes) add(held time.Duration) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.held = append(h.held, float64(held.Microseconds())/1000)
+}
+
+// stats summarises the holds: count, mean, p50, p99 and max (ms) of the released ones.
+func (h *holdTimes) stats(sku string, orders int) *HoldStats {
+	h.mu.Lock()
+	held := append([]float64(nil), h.held...)
+	st := &HoldStats{SKU: sku, Orders: orders, Acquisitions: h.acquired, Released: len(held), LeasesLost: h.lost}
+	h.mu.Unlock()
+	if len(held) == 0 {
+		return st
+	}
+	sum := 0.0
+	for _, v := range held {
+		sum += v
+	}
+	st.MeanMs = round1(sum / float64(len(held)))
+	st.P50Ms = round1(percentile(held, 50))
+	st.P99Ms = round1(percentile(held, 99))
+	st.MaxMs = round1(percentile(held, 100))
+	return st
 }

@@ -58,10 +58,12 @@ type Report struct {
 	// crashed, lease_lost, other.
 	OrderAttempts map[string]AttemptStat `json:"order_attempts"`
 	Baseline      Baseline               `json:"baseline"`
-	SKUs          []skuOutcome           `json:"skus"`
-	Settings      Settings               `json:"settings"`
-	// Runs holds the per-order figures of each run: turnstile, naive and (with -legacy)
-	// legacy.
+	// Optimistic is the optimistic run's outcome (Settings.Optimistic).
+	Optimistic *OptimisticOutcome `json:"optimistic,omitempty"`
+	SKUs       []skuOutcome       `json:"skus"`
+	Settings   Settings           `json:"settings"`
+	// Runs holds the per-order figures of each run: turnstile, naive, optimistic (unless
+	// -optimistic=false) and (with -legacy) legacy.
 	Runs   map[string]RunStats `json:"runs"`
 	Phases map[string]float64  `json:"phase_seconds"`
 }
@@ -125,6 +127,23 @@ type Baseline struct {
 	SKUs            []skuOutcome `json:"skus"`
 }
 
+// OptimisticOutcome is the optimistic run's measured outcome; its Violations fail the
+// demo like the turnstile run's.
+type OptimisticOutcome struct {
+	OrdersCompleted     int          `json:"orders_completed"`
+	OrdersRejected      int          `json:"orders_rejected"`
+	OrdersReserved      int          `json:"orders_reserved"`
+	DoubleProcessed     int          `json:"double_processed"`
+	LostUpdates         int          `json:"lost_updates"`
+	OversoldUnits       int          `json:"oversold_units"`
+	ResidualUnits       int          `json:"stock_residual_units"`
+	AdjustmentsApplied  int          `json:"adjustments_applied"`
+	AdjustmentsRejected int          `json:"adjustments_rejected"`
+	DeadLettered        int          `json:"dead_lettered"`
+	Violations          []string     `json:"violations"`
+	SKUs                []skuOutcome `json:"skus"`
+}
+
 // Settings records the scaled-down timings the demo ran with.
 type Settings struct {
 	Orders             int     `json:"orders"`
@@ -139,6 +158,7 @@ type Settings struct {
 	InvocationTimeoutS float64 `json:"invocation_timeout_s"`
 	TTLGraceS          float64 `json:"ttl_grace_s"`
 	Legacy             bool    `json:"legacy_run"`
+	Optimistic         bool    `json:"optimistic_run"`
 	Poison             int     `json:"malformed_messages"`
 	TTLFallbackS       float64 `json:"ttl_fallback_after_s"`
 	Engine             string  `json:"engine"`
@@ -164,18 +184,45 @@ func (r *Report) WriteText(w io.Writer) {
 	}
 	perOrder := func(v float64) string { return fmt.Sprintf("%.1f", v) }
 	p("")
-	p("turnstile — %d orders, %d concurrent order-processor invocations, %d hot SKUs, seed %d",
-		r.OrdersSubmitted, r.Settings.Concurrency, r.Settings.HotSKUs, r.Settings.Seed)
+	p("turnstile — %d orders, %d concurrent order-processor invocations, %d hot SKU%s, seed %d",
+		r.OrdersSubmitted, r.Settings.Concurrency, r.Settings.HotSKUs, plural(r.Settings.HotSKUs), r.Settings.Seed)
 	p("")
-	p("                                   turnstile    naive read-then-write")
-	p("  orders decided (of %4d)          %9d    %9d", r.OrdersSubmitted, r.OrdersCompleted, r.Baseline.OrdersCompleted)
-	p("    reserved / rejected          %5d / %-5d  %5d / %-5d", r.OrdersReserved, r.OrdersRejected,
-		r.Baseline.OrdersReserved, r.Baseline.OrdersRejected)
-	p("  double processed orders          %9d    %9d", r.DoubleProcessed, r.BaselineDoubleProcessed)
-	p("  lost stock updates               %9d    %9d", r.LostUpdates, r.BaselineLostUpdates)
-	p("  oversold units                   %9d    %9d", r.OversoldUnits, r.BaselineOversoldUnits)
-	p("  stock off by (units)             %9d    %9d", sumResidual(r.SKUs), r.Baseline.ResidualUnits)
-	p("  DynamoDB calls per order         %9s    %9s", perOrder(r.DynamoDBCallsPerOrder), perOrder(r.Baseline.CallsPerOrder))
+	// The outcome of each run: turnstile, naive and (when it ran) optimistic.
+	type col struct {
+		name                                                   string
+		decided, reserved, rejected, double, lost, over, resid int
+		calls                                                  float64
+	}
+	cols := []col{
+		{"turnstile", r.OrdersCompleted, r.OrdersReserved, r.OrdersRejected, r.DoubleProcessed, r.LostUpdates,
+			r.OversoldUnits, sumResidual(r.SKUs), r.DynamoDBCallsPerOrder},
+		{"naive", r.Baseline.OrdersCompleted, r.Baseline.OrdersReserved, r.Baseline.OrdersRejected, r.BaselineDoubleProcessed,
+			r.BaselineLostUpdates, r.BaselineOversoldUnits, r.Baseline.ResidualUnits, r.Baseline.CallsPerOrder},
+	}
+	if o := r.Optimistic; o != nil {
+		cols = append(cols, col{"optimistic", o.OrdersCompleted, o.OrdersReserved, o.OrdersRejected, o.DoubleProcessed,
+			o.LostUpdates, o.OversoldUnits, o.ResidualUnits, r.Runs["optimistic"].CallsPerOrder})
+	}
+	outcome := func(label string, f func(col) string) {
+		line := fmt.Sprintf("  %-31s", label)
+		for _, c := range cols {
+			line += fmt.Sprintf("  %11s", f(c))
+		}
+		p("%s", line)
+	}
+	outcome("", func(c col) string { return c.name })
+	outcome(fmt.Sprintf("orders decided (of %d)", r.OrdersSubmitted), func(c col) string { return fmt.Sprint(c.decided) })
+	outcome("  reserved / rejected", func(c col) string { return fmt.Sprintf("%d / %d", c.reserved, c.rejected) })
+	outcome("double processed orders", func(c col) string { return fmt.Sprint(c.double) })
+	outcome("lost stock updates", func(c col) string { return fmt.Sprint(c.lost) })
+	outcome("oversold units", func(c col) string { return fmt.Sprint(c.over) })
+	outcome("stock off by (units)", func(c col) string { return fmt.Sprint(c.resid) })
+	outcome("DynamoDB calls per order", func(c col) string { return perOrder(c.calls) })
+	if r.Optimistic != nil {
+		p("  (naive: read-then-write, no locks; optimistic: version-conditioned writes retried on conflict, no locks)")
+	} else {
+		p("  (naive: read-then-write, no locks)")
+	}
 	r.writeRuns(p)
 	p("")
 	p("turnstile run")
@@ -222,6 +269,23 @@ func (r *Report) WriteText(w io.Writer) {
 	p("  StockAdjusted        %d events (%d delivered twice), %d applied, %d rejected (recorded, not retried), %d to the DLQ%s",
 		r.Adjustments.Events, r.Adjustments.Duplicates, r.Adjustments.Applied, r.Adjustments.Rejected, r.Adjustments.DeadLettered,
 		causes(r.Adjustments.DeadLetterCauses))
+	if o := r.Optimistic; o != nil {
+		c := r.Runs["optimistic"].Conflicts
+		p("")
+		p("optimistic run")
+		if len(o.Violations) == 0 {
+			p("  invariants           ok: every order decided once, nothing oversold, stock conserved, no lost update")
+		} else {
+			p("  invariants           FAILED: %s", strings.Join(o.Violations, "; "))
+		}
+		if c != nil {
+			p("  conflicts            %d attempts (read, then conditional write): %d decided, %d duplicates, %d retried after a conflict, %d failed",
+				c.Attempts, c.Decided, c.Duplicates, c.Retries, c.Failed)
+			p("                       (%.2f per order); %d deliveries ran out of attempts and went back to SQS, %d orders dead-lettered",
+				c.RetriesPerOrder, c.Exhausted, r.Runs["optimistic"].DeadLetteredOrders)
+		}
+		p("  StockAdjusted        %d applied, %d rejected (recorded)", o.AdjustmentsApplied, o.AdjustmentsRejected)
+	}
 	if len(r.Baseline.Violations) > 0 {
 		p("")
 		p("naive run: what went wrong (measured, not asserted)")
@@ -283,9 +347,11 @@ func causes(m map[string]int) string {
 
 // writeRuns writes the per-order figures of each run side by side.
 func (r *Report) writeRuns(p func(string, ...any)) {
-	names := []string{"turnstile", "naive"}
-	if _, ok := r.Runs["legacy"]; ok {
-		names = append(names, "legacy")
+	var names []string
+	for _, n := range []string{"turnstile", "naive", "optimistic", "legacy"} {
+		if _, ok := r.Runs[n]; ok {
+			names = append(names, n)
+		}
 	}
 	if len(r.Runs) == 0 {
 		return
@@ -322,5 +388,38 @@ func (r *Report) writeRuns(p func(string, ...any)) {
 	row("latency p50 / p99 (s)", func(s RunStats) string {
 		return fmt.Sprintf("%.1f / %.1f", s.LatencyP50Ms/1000, s.LatencyP99Ms/1000)
 	})
+	row("latency max (s)", func(s RunStats) string { return fmt.Sprintf("%.1f", s.LatencyMaxMs/1000) })
+	row("orders per decision write", func(s RunStats) string { return fmt.Sprintf("%.2f", s.OrdersPerDecisionWrite) })
+	hot := ""
+	for _, n := range names {
+		if h := r.Runs[n].HotSKU; h != nil {
+			hot = h.SKU
+		}
+	}
+	if hot != "" {
+		row("hot SKU acquisitions", func(s RunStats) string {
+			if s.HotSKU == nil {
+				return "-"
+			}
+			return fmt.Sprint(s.HotSKU.Acquisitions)
+		})
+		row("  held p50 / p99 (ms)", func(s RunStats) string {
+			if s.HotSKU == nil {
+				return "-"
+			}
+			return fmt.Sprintf("%.0f / %.0f", s.HotSKU.P50Ms, s.HotSKU.P99Ms)
+		})
+	}
+	if _, ok := r.Runs["optimistic"]; ok {
+		row("conflict retries per order", func(s RunStats) string {
+			if s.Conflicts == nil {
+				return "-"
+			}
+			return fmt.Sprintf("%.2f", s.Conflicts.RetriesPerOrder)
+		})
+	}
 	row("orders undecided", func(s RunStats) string { return fmt.Sprint(s.Undecided) })
+	if hot != "" {
+		p("  (hot SKU: %s, the SKU the most orders want; held: from the lock's acquisition to its release)", hot)
+	}
 }

@@ -40,6 +40,55 @@ type RunStats struct {
 	// CapacityByOperation is the capacity units those requests consumed (a conditional
 	// write refused by its condition counts 1 WCU, as AWS bills it).
 	CapacityByOperation map[string]float64 `json:"capacity_by_operation,omitempty"`
+	// DecisionWrites are the successful requests that wrote order decisions;
+	// OrdersPerDecisionWrite is the decisions they wrote per request (the service writes a
+	// batch's group of orders in one transaction; the naive and the optimistic code one
+	// order per request), MaxOrdersPerDecisionWrite the most in one request.
+	DecisionWrites            int     `json:"decision_writes"`
+	OrdersPerDecisionWrite    float64 `json:"orders_per_decision_write"`
+	MaxOrdersPerDecisionWrite int     `json:"max_orders_per_decision_write"`
+	// HotSKU is the critical section of the hottest SKU's lock (runs with locks only).
+	HotSKU *HoldStats `json:"hot_sku_critical_section,omitempty"`
+	// Conflicts are the optimistic run's retries (optimistic run only).
+	Conflicts *ConflictStats `json:"conflicts,omitempty"`
+}
+
+// HoldStats describe the critical section of one SKU's lock in the order processor: how
+// often it was acquired and how long each acquisition held it, from the acquisition to
+// its release (lockcore's Observer: Acquired, and Released with the Held duration).
+type HoldStats struct {
+	SKU string `json:"sku"`
+	// Orders are the workload's orders that want the SKU (each copy of a message and each
+	// retry of an order acquires it again, and one acquisition may cover several orders
+	// of a batch).
+	Orders       int `json:"orders_wanting_it"`
+	Acquisitions int `json:"acquisitions"`
+	Released     int `json:"released"` // acquisitions whose hold time is in the figures
+	LeasesLost   int `json:"leases_lost"`
+	// Hold time per acquisition, ms.
+	MeanMs float64 `json:"hold_mean_ms"`
+	P50Ms  float64 `json:"hold_p50_ms"`
+	P99Ms  float64 `json:"hold_p99_ms"`
+	MaxMs  float64 `json:"hold_max_ms"`
+}
+
+// ConflictStats count the optimistic run's attempts at orders (a consistent read of the
+// order and its stock, then a conditional write) and how they ended.
+type ConflictStats struct {
+	Attempts int `json:"attempts"`
+	// Retries are attempts whose write lost to a concurrent one (a stock version
+	// changed since the read, or a transaction conflict); RetriesPerOrder divides them by
+	// the workload's orders.
+	Retries         int     `json:"conflict_retries"`
+	RetriesPerOrder float64 `json:"conflict_retries_per_order"`
+	// Exhausted are deliveries that ran out of attempts (or of the invocation's time
+	// between attempts) and went back to SQS (batchItemFailures).
+	Exhausted  int `json:"attempts_exhausted"`
+	Decided    int `json:"decided"`
+	Duplicates int `json:"duplicates"`
+	// Failed are attempts that ended in an error: an injected crash, a failed request.
+	// Attempts = Decided + Duplicates + Retries + Failed.
+	Failed int `json:"failed"`
 }
 
 // runStats computes a run's RunStats from its queue and audit.
@@ -93,6 +142,16 @@ func (d *demo) runStats(r *runResult, calls int64, capacity float64, contentionR
 	st.ContentionReturnsPerOrder = round2(contentionReturns / float64(orders))
 	st.CallsPerOrder = round1(float64(calls) / float64(orders))
 	st.CapacityUnitsPerOrder = round1(capacity / float64(orders))
+	var perWrite float64
+	st.DecisionWrites, perWrite, st.MaxOrdersPerDecisionWrite = r.aud.decisionWriteStats()
+	st.OrdersPerDecisionWrite = round2(perWrite)
+	if r.hold != nil {
+		sku := d.w.hottest()
+		st.HotSKU = r.hold.stats(sku, d.w.wanting(sku))
+	}
+	if r.opt != nil {
+		st.Conflicts = r.opt.stats(orders)
+	}
 	return st
 }
 

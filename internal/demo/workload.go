@@ -180,3 +180,29 @@ func newWorkload(seed uint64, orders, hotSKUs, crashes, poison int) *workload {
 }
 
 func pick(rng *rand.Rand, from []int) int { return from[rng.IntN(len(from))] }
+
+// wanting counts the orders that want sku.
+func (w *workload) wanting(sku string) int {
+	n := 0
+	for _, o := range w.orders {
+		for _, l := range o.order.Lines {
+			if l.SKU == sku {
+				n++
+				break
+			}
+		}
+	}
+	return n
+}
+
+// hottest returns the SKU the most orders want (the first hot SKU on a tie): the one
+// whose lock's critical section the report times.
+func (w *workload) hottest() string {
+	best, most := "", -1
+	for _, sku := range append(append([]string{}, w.hot...), w.regular...) {
+		if n := w.wanting(sku); n > most {
+			best, most = sku, n
+		}
+	}
+	return best
+}

@@ -146,6 +146,50 @@ func TestProcessOrderReservesOnceAndIsIdempotent(t *testing.T) {
 	}
 }
 
+// WithLockObserver adds to the service's own lock observer: the lock metrics still flow,
+// and the added observer sees every acquisition and release of a SKU's lock, with the
+// time it was held.
+func TestWithLockObserverAddsToTheMetrics(t *testing.T) {
+	e := newEnv(t)
+	rec := &recorder{}
+	key := shop.SKULockKey("MUG-RED-350")
+	var mu sync.Mutex
+	var acquired int
+	var held []time.Duration
+	obs := lockcore.Observer{
+		Acquired: func(_ context.Context, ev lockcore.AcquireEvent) {
+			if ev.Key == key {
+				mu.Lock()
+				acquired++
+				mu.Unlock()
+			}
+		},
+		Released: func(_ context.Context, ev lockcore.LeaseEvent) {
+			if ev.Key == key {
+				mu.Lock()
+				held = append(held, ev.Held)
+				mu.Unlock()
+			}
+		},
+	}
+	svc := e.service(t, "svc-a", shop.WithMetrics(rec), shop.WithLockObserver(obs))
+	seed(t, svc, map[string]int{"MUG-RED-350": 10})
+	o := shop.Order{OrderID: "ord-obs", CustomerID: "c", Lines: []shop.Line{{SKU: "MUG-RED-350", Qty: 1}}}
+	if _, err := svc.ProcessOrder(ctxT(t, 10*time.Second), o); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	// The seed and the order each took and released the SKU's lock once.
+	if acquired != 2 || len(held) != 2 || held[0] <= 0 || held[1] <= 0 {
+		t.Errorf("added observer: %d acquisitions, holds %v; want 2 of each", acquired, held)
+	}
+	// The service's own: the seed's SKU lock, the order's lock and its SKU lock.
+	if rec.n(shop.MetricLockWait) != 3 || rec.n(shop.MetricLockHold) < 2 {
+		t.Errorf("metrics = %v; want 3 LockWait and the holds", rec.m)
+	}
+}
+
 func TestProcessOrderRejectsWithoutPartialReservation(t *testing.T) {
 	e := newEnv(t)
 	svc := e.service(t, "svc-a")
