@@ -1,6 +1,7 @@
 // Command janitor is the JanitorFunction Lambda (template.yaml): it reports abandoned
-// leases from the lock table's TTL deletions, re-drives their orders and sweeps
-// long-expired lock rows. The logic is in package handler.
+// leases from the lock table's TTL deletions, re-drives their orders, sweeps long-expired
+// lock rows and (with INVENTORY_TABLE) abandoned stock locks. The logic is in package
+// handler.
 package main
 
 import (
@@ -26,7 +27,11 @@ func main() {
 			minAge = time.Duration(secs) * time.Second
 		}
 		redriver := handler.SQSRedriver{Client: sqs.NewFromConfig(e.Config), QueueURL: os.Getenv("ORDERS_QUEUE_URL")}
-		h := handler.New(e.DB, e.Tables.Locks, e.Service, redriver, handler.WithLogger(e.Log), handler.WithMinAge(minAge))
+		opts := []handler.Option{handler.WithLogger(e.Log), handler.WithMinAge(minAge)}
+		if e.Tables.Inventory != "" {
+			opts = append(opts, handler.WithStockSweep(e.Service))
+		}
+		h := handler.New(e.DB, e.Tables.Locks, e.Service, redriver, opts...)
 		return h.Handle, nil
 	})
 }

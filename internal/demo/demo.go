@@ -340,6 +340,8 @@ type runResult struct {
 	emu                    *ttlEmulator
 	takeovers              int
 	ttlHeld, ttlInjected   int // held leases removed by TTL, and those of them injected
+	stockFound             int // abandoned stock locks the janitor's sweep found
+	stockInjected          int // those of them a crash abandoned
 	redrives               int
 	attempts               *attemptStats
 	unseenDecisions        int
@@ -463,7 +465,17 @@ func (d *demo) runTurnstile(ctx context.Context, legacy bool) (*runResult, error
 	q := newQueue(run+"-demo-orders", region, set.visibility, set.maxReceive)
 	crashes := newCrashPlan(d.cfg.Crashes)
 	attempts := newAttemptStats()
-	hold := newHoldTimes(shop.SKULockKey(d.w.hottest()))
+	hot := d.w.hottest()
+	hold := newHoldTimes(stockLockLabel(hot), hot)
+	if legacy {
+		hold = newHoldTimes(shop.SKULockKey(hot), hot)
+	}
+	var takeovers atomic.Int64 // of the locking reads (stock and order items)
+	countTakeovers := lockcore.Observer{Acquired: func(_ context.Context, e lockcore.AcquireEvent) {
+		if e.Takeover && e.Strategy == lockcore.StrategyItem {
+			takeovers.Add(1)
+		}
+	}}
 	var envSeq atomic.Int64
 	var newEnvErr error
 	var newEnvErrOnce sync.Once
@@ -482,7 +494,8 @@ func (d *demo) runTurnstile(ctx context.Context, legacy bool) (*runResult, error
 					return nil
 				}
 			}
-			opts := append(svcOpts(owner, hook), shop.WithLockObserver(hold.observer()))
+			opts := append(svcOpts(owner, hook), shop.WithLockObserver(hold.observer()), shop.WithLockObserver(countTakeovers),
+				shop.WithHoldObserver(hold.holdObserver()))
 			svc, err := shop.NewService(clients["orderprocessor"], tables, opts...)
 			if err != nil {
 				newEnvErrOnce.Do(func() { newEnvErr = err })
@@ -503,7 +516,7 @@ func (d *demo) runTurnstile(ctx context.Context, legacy bool) (*runResult, error
 			crashes.survived()
 			return
 		}
-		crashes.crashed(d.heldLeases(ctx, tables.Locks, env.owner, body))
+		crashes.crashed(d.heldLeases(ctx, tables, legacy, env.owner, body))
 	}
 
 	var invSeq atomic.Int64
@@ -512,7 +525,7 @@ func (d *demo) runTurnstile(ctx context.Context, legacy bool) (*runResult, error
 		retryDelay: set.asyncDelay, timeout: set.invokeTimeout,
 		newHandler: func() eventHandler {
 			owner := fmt.Sprintf("inventoryupdater-env%03d", invSeq.Add(1))
-			svc, err := shop.NewService(clients["inventoryupdater"], tables, svcOpts(owner, nil)...)
+			svc, err := shop.NewService(clients["inventoryupdater"], tables, append(svcOpts(owner, nil), shop.WithLockObserver(countTakeovers))...)
 			if err != nil {
 				return failingEventHandler{err}
 			}
@@ -539,8 +552,21 @@ func (d *demo) runTurnstile(ctx context.Context, legacy bool) (*runResult, error
 		redriveMu.Unlock()
 		return nil
 	})
+	// Abandoned stock locks are found by the janitor's sweep (the stock items must not
+	// expire); the demo runs it every sweepEvery, with leases counted abandoned once they
+	// ended the TTL grace ago (production: every 15 minutes, one hour).
+	var stockFound, stockInjected atomic.Int64
 	jan := janhandler.New(clients["janitor"], tables.Locks, janSvc, redriver, janhandler.WithLogger(d.log),
-		janhandler.WithMetrics(func(context.Context) janhandler.Metrics { return col }))
+		janhandler.WithMetrics(func(context.Context) janhandler.Metrics { return col }),
+		janhandler.WithMinAge(set.ttlGrace), janhandler.WithStockSweep(janSvc),
+		janhandler.WithFoundHook(func(l janhandler.AbandonedLease, via string) {
+			if via == "stock-sweep" {
+				stockFound.Add(1)
+				if crashes.isInjected(l.LeaseID) {
+					stockInjected.Add(1)
+				}
+			}
+		}))
 	emu := newTTLEmulator()
 	sm := newStreamMapping(d.streams, ts.streamArn, ts.ttlAttr, jan, "JanitorFunction", d.filters)
 	sm.emulated = emu
@@ -559,6 +585,13 @@ func (d *demo) runTurnstile(ctx context.Context, legacy bool) (*runResult, error
 	d.prog.say("           to REMOVE + userIdentity {Service, dynamodb.amazonaws.com}, as AWS delivers them")
 
 	res, err := d.drive(ctx, phase, q, mapping, inv, aud, func(runCtx context.Context, wg *sync.WaitGroup, errs chan<- error) {
+		if !legacy {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				d.sweepPeriodically(runCtx, jan)
+			}()
+		}
 		wg.Add(2)
 		go func() {
 			defer wg.Done()
@@ -571,10 +604,10 @@ func (d *demo) runTurnstile(ctx context.Context, legacy bool) (*runResult, error
 			d.emulateTTL(runCtx, tables.Locks, ts.ttlAttr, emu)
 		}()
 	}, func() (string, bool) {
-		detected := int(ttlInjected.Load())
+		detected := int(ttlInjected.Load() + stockInjected.Load())
 		happened, leases, last, _ := crashes.state()
 		status := fmt.Sprintf("crashes %d/%d · abandoned leases found %d/%d", happened, d.cfg.Crashes, detected, leases)
-		janitorCaughtUp := int(col.sum(janhandler.MetricAbandonedLeases)) >= int(ttlHeld.Load())
+		janitorCaughtUp := int(col.sum(janhandler.MetricAbandonedLeases)) >= int(ttlHeld.Load()+stockFound.Load())
 		settled := janitorCaughtUp && (detected >= leases || time.Since(last) > set.visibility+set.lease+10*time.Second)
 		return status, settled
 	})
@@ -585,7 +618,8 @@ func (d *demo) runTurnstile(ctx context.Context, legacy bool) (*runResult, error
 		return nil, newEnvErr
 	}
 	res.col, res.crashes, res.stream, res.emu, res.attempts, res.hold = col, crashes, sm, emu, attempts, hold
-	res.takeovers, res.ttlHeld, res.ttlInjected = det.count(), int(ttlHeld.Load()), int(ttlInjected.Load())
+	res.takeovers, res.ttlHeld, res.ttlInjected = det.count()+int(takeovers.Load()), int(ttlHeld.Load()), int(ttlInjected.Load())
+	res.stockFound, res.stockInjected = int(stockFound.Load()), int(stockInjected.Load())
 	for _, n := range redriven {
 		res.redrives += n
 	}
@@ -820,16 +854,28 @@ loop:
 }
 
 // heldLeases returns the ids of the SKU leases owner still holds for the order in body:
-// the leases a crashed holder abandoned.
-func (d *demo) heldLeases(ctx context.Context, lockTable, owner, body string) []string {
+// the leases a crashed holder abandoned — on the stock items, or on the lock table's
+// rows in the legacy mode.
+func (d *demo) heldLeases(ctx context.Context, tables shop.Tables, legacy bool, owner, body string) []string {
 	o, err := shop.DecodeOrder([]byte(body))
 	if err != nil {
 		return nil
 	}
 	var ids []string
 	for _, l := range o.Lines {
+		if !legacy {
+			out, err := d.db.GetItem(ctx, &dynamodb.GetItemInput{
+				TableName: aws.String(tables.Inventory), ConsistentRead: aws.Bool(true),
+				Key: map[string]types.AttributeValue{"pk": s(shop.StockPKPrefix + l.SKU), "sk": s(shop.StockSK)},
+			})
+			a := lockcore.DefaultItemAttributes
+			if err == nil && sAttr(out.Item, a.Owner) == owner && sAttr(out.Item, a.LockedBy) != "" {
+				ids = append(ids, sAttr(out.Item, a.LockedBy))
+			}
+			continue
+		}
 		out, err := d.db.GetItem(ctx, &dynamodb.GetItemInput{
-			TableName: aws.String(lockTable), ConsistentRead: aws.Bool(true),
+			TableName: aws.String(tables.Locks), ConsistentRead: aws.Bool(true),
 			Key: map[string]types.AttributeValue{"pk": s(shop.SKULockKey(l.SKU)), "sk": s("lock")},
 		})
 		if err != nil || out.Item == nil {
@@ -840,6 +886,31 @@ func (d *demo) heldLeases(ctx context.Context, lockTable, owner, body string) []
 		}
 	}
 	return ids
+}
+
+// stockLockLabel is lockcore's label of a SKU's stock item key (AcquireEvent.Key).
+func stockLockLabel(sku string) string {
+	return "pk=" + shop.StockPKPrefix + sku + ",sk=" + shop.StockSK
+}
+
+// sweepEvery is how often the demo runs the janitor's scheduled sweep.
+const sweepEvery = 3 * time.Second
+
+// sweepPeriodically invokes the janitor with a schedule's event every sweepEvery, as
+// EventBridge would (template.yaml: SweepSchedule), until ctx ends.
+func (d *demo) sweepPeriodically(ctx context.Context, jan *janhandler.Handler) {
+	for ctx.Err() == nil {
+		sleepCtx(ctx, sweepEvery)
+		if ctx.Err() != nil {
+			return
+		}
+		ev := fmt.Sprintf(`{"version":"0","id":"sweep-%d","detail-type":"Scheduled Event","source":"aws.events",`+
+			`"account":"000000000000","time":%q,"region":%q,"resources":[],"detail":{}}`,
+			time.Now().UnixNano(), time.Now().UTC().Format(time.RFC3339), region)
+		ictx, cancel := context.WithTimeout(ctx, d.set.invokeTimeout)
+		_, _ = jan.Handle(ictx, json.RawMessage(ev))
+		cancel()
+	}
 }
 
 // emulateTTL is the fallback for engines without TTL (see ttlEmulator): every second it
@@ -919,8 +990,8 @@ func (d *demo) fill(r *Report, tr, br, opr, lr *runResult) {
 	r.OrderItemLocksAbandoned = tr.crashes.orderLocks
 	janitorFound := int(tr.col.sum(janhandler.MetricAbandonedLeases))
 	r.AbandonedLeasesFound = janitorFound
-	r.AbandonedLocksDetected = tr.ttlInjected
-	r.ExpiredLeasesOfLiveHolders = janitorFound - tr.ttlInjected
+	r.AbandonedLocksDetected = tr.ttlInjected + tr.stockInjected
+	r.ExpiredLeasesOfLiveHolders = janitorFound - r.AbandonedLocksDetected
 	r.LeaseLost = int(tr.col.sum(shop.MetricLeaseLost))
 	r.OrdersRedriven = tr.redrivenOrders
 	r.DecisionsConfirmedByReread = tr.unseenDecisions
@@ -1007,9 +1078,9 @@ func (d *demo) fill(r *Report, tr, br, opr, lr *runResult) {
 		checks = append(checks, fmt.Sprintf("the janitor found %d abandoned leases, %d were injected",
 			r.AbandonedLocksDetected, r.AbandonedLocksInjected))
 	}
-	if janitorFound != tr.ttlHeld {
-		checks = append(checks, fmt.Sprintf("the lock table's stream carried %d TTL deletions of held leases, the janitor reported %d",
-			tr.ttlHeld, janitorFound))
+	if janitorFound != tr.ttlHeld+tr.stockFound {
+		checks = append(checks, fmt.Sprintf("the lock table's stream carried %d TTL deletions of held leases and the sweep found %d abandoned stock locks, the janitor reported %d",
+			tr.ttlHeld, tr.stockFound, janitorFound))
 	}
 	if r.HolderCrashes < d.cfg.Crashes {
 		checks = append(checks, fmt.Sprintf("only %d of %d crashes could be injected", r.HolderCrashes, d.cfg.Crashes))

@@ -692,13 +692,17 @@ func attemptKind(out shop.Outcome, err error) string {
 	return "other"
 }
 
-// holdTimes times the critical section of one lock key from lockcore's events (see
-// shop.WithLockObserver): for every acquisition of the key, the time from the
-// acquisition to its release (lockcore.LeaseEvent.Held: from the acquiring write's
-// answer to the releasing write's, so the release's round trip is in it). The demo
+// holdTimes times the critical section of one SKU's lock: for every acquisition, the
+// time from the acquisition to its release. Acquisitions are counted from lockcore's
+// events (see shop.WithLockObserver) of key; releases come from lockcore's Released
+// events (lockcore.LeaseEvent.Held: from the acquiring write's answer to the releasing
+// write's, so the release's round trip is in it) for the legacy mode's lock-table SKU
+// locks, and from the service's hold events (shop.WithHoldObserver: from the locking
+// read's answer to the decision transaction's) for the stock items it locks. The demo
 // installs it on the order processor's services for the run's hottest SKU.
 type holdTimes struct {
 	key string
+	sku string
 
 	mu       sync.Mutex
 	acquired int
@@ -706,7 +710,23 @@ type holdTimes struct {
 	held     []float64 // ms, one per clean release
 }
 
-func newHoldTimes(key string) *holdTimes { return &holdTimes{key: key} }
+func newHoldTimes(key, sku string) *holdTimes { return &holdTimes{key: key, sku: sku} }
+
+// holdObserver returns the service hold observer that feeds h.
+func (h *holdTimes) holdObserver() func(context.Context, shop.HoldEvent) {
+	return func(_ context.Context, e shop.HoldEvent) {
+		if e.SKU != h.sku {
+			return
+		}
+		if e.Lost {
+			h.mu.Lock()
+			h.lost++
+			h.mu.Unlock()
+			return
+		}
+		h.add(e.Held)
+	}
+}
 
 // observer returns the lock observer that feeds h.
 func (h *holdTimes) observer() lockcore.Observer {

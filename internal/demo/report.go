@@ -231,7 +231,7 @@ func (r *Report) WriteText(w io.Writer) {
 		r.LockWaitP50Ms, r.LockWaitP99Ms, r.LockContention)
 	p("  holder crashes       %d injected (%d SKU leases and %d order locks abandoned)",
 		r.HolderCrashes, r.AbandonedLocksInjected, r.OrderItemLocksAbandoned)
-	p("  abandoned leases     %d of %d found by the janitor via the lock table's stream; %d orders re-driven",
+	p("  abandoned leases     %d of %d found by the janitor (stock sweep, lock table's stream); %d orders re-driven",
 		r.AbandonedLocksDetected, r.AbandonedLocksInjected, r.OrdersRedriven)
 	ttl := fmt.Sprintf("%d removed by DynamoDB Local's own TTL", r.TTLDeletions.ByEngine)
 	if n := r.TTLDeletions.IdentitySynthesized; n > 0 {
@@ -246,7 +246,7 @@ func (r *Report) WriteText(w io.Writer) {
 			r.ExpiredLeasesOfLiveHolders)
 		p("                         them, the janitor reported them, %d late writes were refused (LeaseLost)", r.LeaseLost)
 	}
-	p("  takeovers            %d (a waiter taking an expired lease over before TTL removed it)", r.Takeovers)
+	p("  takeovers            %d (a waiter taking an abandoned lease over before the janitor cleared it)", r.Takeovers)
 	p("  DynamoDB             %.1f calls and %.1f capacity units per order (%s)",
 		r.DynamoDBCallsPerOrder, r.CapacityUnitsPerOrder, callsBreakdown(r.CallsByFunction))
 	if a, ok := r.OrderAttempts["decided"]; ok {

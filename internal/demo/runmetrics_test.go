@@ -11,6 +11,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
+	"github.com/turnstile-locks/turnstile/internal/shop"
 	"github.com/turnstile-locks/turnstile/lockcore"
 )
 
@@ -67,7 +68,7 @@ func TestOrdersPerDecisionWrite(t *testing.T) {
 // clean release contributes its Held duration; lost leases are counted apart, without a
 // hold time; mean, p50 (nearest rank), p99 and max in ms.
 func TestHoldTimes(t *testing.T) {
-	h := newHoldTimes("sku#HOT")
+	h := newHoldTimes("sku#HOT", "HOT")
 	o := h.observer()
 	ctx := context.Background()
 	for _, held := range []time.Duration{40, 10, 30, 20, 100} {
@@ -86,8 +87,26 @@ func TestHoldTimes(t *testing.T) {
 	if *got != want {
 		t.Errorf("stats = %+v\nwant    %+v", *got, want)
 	}
-	if empty := newHoldTimes("k").stats("K", 0); empty.Released != 0 || empty.P50Ms != 0 || empty.MeanMs != 0 {
+	if empty := newHoldTimes("k", "K").stats("K", 0); empty.Released != 0 || empty.P50Ms != 0 || empty.MeanMs != 0 {
 		t.Errorf("no holds: %+v", *empty)
+	}
+
+	// The stock items the service locks are released by its own transactions: their
+	// holds come from the service's hold events.
+	h = newHoldTimes(stockLockLabel("HOT"), "HOT")
+	o, ho := h.observer(), h.holdObserver()
+	for _, held := range []time.Duration{40, 10, 30} {
+		o.Acquired(ctx, lockcore.AcquireEvent{Key: stockLockLabel("HOT")})
+		ho(ctx, shop.HoldEvent{SKU: "HOT", Held: held * time.Millisecond, Orders: 2})
+	}
+	o.Acquired(ctx, lockcore.AcquireEvent{Key: stockLockLabel("HOT")})
+	ho(ctx, shop.HoldEvent{SKU: "HOT", Held: time.Hour, Lost: true})
+	ho(ctx, shop.HoldEvent{SKU: "OTHER", Held: time.Hour})
+	got = h.stats("HOT", 4)
+	want = HoldStats{SKU: "HOT", Orders: 4, Acquisitions: 4, Released: 3, LeasesLost: 1,
+		MeanMs: 26.7, P50Ms: 30, P99Ms: 40, MaxMs: 40}
+	if *got != want {
+		t.Errorf("stock holds: stats = %+v\nwant    %+v", *got, want)
 	}
 }
 

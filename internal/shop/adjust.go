@@ -16,33 +16,37 @@ import (
 
 // ApplyAdjustment adds a.Delta to the available stock of a.SKU, once per adjustment id.
 //
-// It takes the SKU's lock ("sku#<sku>", the lock order reservations take, so the two
-// never interleave), then:
-//   - if the marker ADJ#<adjustmentId> exists, the adjustment was decided before: a
-//     duplicate delivery. It returns applied=false and no error when it was applied, and
-//     an error matching ErrInsufficientStock when it was rejected (the first decision
-//     stands, even if stock arrived since);
-//   - if available+delta would be negative, it records the rejection — the marker with
-//     outcome REJECTED, the requested delta and the stock it saw, in one transaction
-//     guarded by the lease — and returns an error matching ErrInsufficientStock naming
-//     the SKU, the stock and the delta; the stock does not change. The rejection is
-//     permanent: retrying the event gives the same answer without re-deciding it;
-//   - otherwise one TransactWriteItems updates the stock record (conditioned on the
-//     result staying non-negative and on the lock's fencing token) and puts the marker
-//     (conditioned on its absence; it expires after AdjustmentMarkerRetention); a
-//     restock (delta > 0), and in the legacy mode every adjustment, also checks the
-//     lease (GuardCheck).
+// It locks the SKU's stock item with the locking read (the lock order decisions take, so
+// the two never interleave; the read is the stock), then writes one TransactWriteItems
+// that also releases the item:
+//   - if available+delta would be negative, the rejection is recorded — the marker
+//     ADJ#<adjustmentId> with outcome REJECTED, the requested delta and the stock it saw
+//     — and it returns an error matching ErrInsufficientStock naming the SKU, the stock
+//     and the delta; the stock does not change. The rejection is permanent: retrying the
+//     event gives the same answer without re-deciding it;
+//   - otherwise the stock item is updated (conditioned on the result staying
+//     non-negative) and the marker put (it expires after AdjustmentMarkerRetention).
 //
-// The marker and the stock are read in one strongly consistent BatchGetItem.
+// Both are conditioned on the stock lease (HeldCondition: a holder that lost it writes
+// nothing) and the marker on its absence: a marker already there means the adjustment
+// was decided before — a duplicate delivery. The transaction then writes nothing, the
+// marker is read, and ApplyAdjustment returns applied=false and no error when it was
+// applied, and an error matching ErrInsufficientStock when it was rejected (the first
+// decision stands, even if stock arrived since). Reading the marker only then saves a
+// read on every first delivery.
 //
 // Contention returns an error matching ErrBusy, a lost lease one matching
-// lockcore.ErrLeaseLost; both are safe to retry.
+// lockcore.ErrLeaseLost; both are safe to retry. In the legacy mode (WithLegacyWait) it
+// locks the SKU's lock-table row (Mutex) instead, as before.
 func (s *Service) ApplyAdjustment(ctx context.Context, a Adjustment) (applied bool, err error) {
 	if err := a.Validate(); err != nil {
 		return false, err
 	}
 	if s.t.Inventory == "" {
 		return false, errors.New("shop: no inventory table configured")
+	}
+	if !s.legacy {
+		return s.applyAdjustment(ctx, a)
 	}
 	lease, wait, err := s.budget(ctx)
 	if err != nil {
@@ -223,6 +227,9 @@ func (s *Service) SeedStock(ctx context.Context, sku string, available int) erro
 	if s.t.Inventory == "" {
 		return errors.New("shop: no inventory table configured")
 	}
+	if !s.legacy {
+		return s.seedStock(ctx, sku, available)
+	}
 	lease, wait, err := s.budget(ctx)
 	if err != nil {
 		return err
@@ -286,4 +293,149 @@ func (s *Service) readAdjustment(ctx context.Context, a Adjustment) (marker map[
 		}
 	}
 	return marker, st, nil
+}
+
+// applyAdjustment is ApplyAdjustment on the stock item's lock (see there).
+func (s *Service) applyAdjustment(ctx context.Context, a Adjustment) (bool, error) {
+	lease, wait, err := s.budget(ctx)
+	if err != nil {
+		return false, err
+	}
+	what := fmt.Sprintf("adjustment %s of %s", a.AdjustmentID, a.SKU)
+	hbCtx, stopHB := context.WithCancel(ctx)
+	defer stopHB()
+	h, err := s.holdStock(hbCtx, a.SKU, waitPolicy(wait), lease, nil)
+	if err != nil {
+		if errors.Is(err, lockcore.ErrLockHeld) {
+			return false, busy(what, err)
+		}
+		return false, fmt.Errorf("shop: %s: lock: %w", what, err)
+	}
+	if err := s.crashAt(CrashAdjustmentLocked); err != nil {
+		return false, err // a dead holder: no release
+	}
+	holds := map[string]*stockHold{a.SKU: h}
+	released := false
+	defer func() {
+		if !released {
+			s.releaseHolds(ctx, holds)
+		}
+	}()
+
+	now := s.now()
+	mk := markerKey(a.SKU, a.AdjustmentID)
+	mk["adjustmentId"] = str(a.AdjustmentID)
+	mk[attrReason] = str(a.Reason)
+	mk[attrExpiresAt] = num(now.Add(AdjustmentMarkerRetention).Unix())
+	// The lease that wrote it: after an ambiguous attempt, a marker that names our lease
+	// is our own write, not another delivery's.
+	mk[attrMarkerLease] = str(h.lease.ID())
+	rejected := h.avail+int64(a.Delta) < 0
+	var stockItem types.TransactWriteItem
+	if rejected {
+		mk[attrOutcome] = str(OutcomeRejected)
+		mk[attrRequestedDelta] = num(int64(a.Delta)) // not "delta": nothing was applied
+		mk[attrAvailable] = num(h.avail)
+		mk["rejectedAt"] = num(now.UnixMilli())
+		stockItem, _ = s.stockUpdate(h, 0, true)
+	} else {
+		mk["delta"] = num(int64(a.Delta))
+		mk["appliedAt"] = num(now.UnixMilli())
+		cond := h.lease.HeldCondition()
+		if a.Delta < 0 {
+			cond = expression.And(cond, name(attrAvailable).GreaterThanEqual(value(-a.Delta)))
+		}
+		upd := expression.Set(name(attrAvailable), expression.Plus(expression.IfNotExists(name(attrAvailable), value(0)), value(a.Delta))).
+			Set(name(attrReserved), expression.IfNotExists(name(attrReserved), value(0)))
+		stockItem = buildUpdate(s.t.Inventory, stockKey(a.SKU), releaseUpdate(upd), &cond)
+	}
+	stopHB() // the transaction releases the item: no renewal may race it
+	res, err := s.transact(ctx, []types.TransactWriteItem{
+		buildPut(s.t.Inventory, mk, expression.AttributeNotExists(name(attrPK))),
+		stockItem,
+	})
+	rejection := fmt.Errorf("%w: %s: %s has %d available, delta %d would leave %d",
+		ErrInsufficientStock, what, a.SKU, h.avail, a.Delta, h.avail+int64(a.Delta))
+	switch {
+	case err == nil:
+		released = true
+		s.held(ctx, holds, 0, false)
+		if rejected {
+			s.count(ctx, MetricAdjustmentsRejected)
+			return false, rejection
+		}
+		s.count(ctx, MetricAdjustmentsApplied)
+		return true, nil
+	case res.failed == 0:
+		// The marker exists: decided before (a duplicate delivery), or by an earlier,
+		// ambiguous attempt of ours, which also released the item. The marker says which
+		// decision stands.
+		marker, rerr := s.foundMarker(ctx, a)
+		if rerr != nil {
+			return false, fmt.Errorf("shop: %s: %w", what, rerr)
+		}
+		if getS(marker, attrMarkerLease) == h.lease.ID() {
+			released = true
+			s.held(ctx, holds, 0, false)
+			if rejected {
+				s.count(ctx, MetricAdjustmentsRejected)
+				return false, rejection
+			}
+			s.count(ctx, MetricAdjustmentsApplied)
+			return true, nil
+		}
+		return false, s.duplicateAdjustment(ctx, a, what, marker)
+	case res.failed > 0:
+		s.held(ctx, holds, 0, true)
+		return false, fmt.Errorf("shop: %s: the lease was lost before the write (%w): %w", what, lockcore.ErrLeaseLost, err)
+	}
+	return false, fmt.Errorf("shop: %s: %w", what, err)
+}
+
+// duplicateAdjustment answers a delivery of an adjustment decided before, from its
+// marker: nil when it was applied, an error matching ErrInsufficientStock when it was
+// rejected.
+func (s *Service) duplicateAdjustment(ctx context.Context, a Adjustment, what string, marker map[string]types.AttributeValue) error {
+	s.count(ctx, MetricAdjustmentsDuplicate)
+	recorded, ok := getN(marker, "delta")
+	if getS(marker, attrOutcome) == OutcomeRejected {
+		recorded, ok = getN(marker, attrRequestedDelta)
+	}
+	if ok && recorded != int64(a.Delta) {
+		// The id was decided before with another delta: a producer reusing ids. The first
+		// decision stands (as for an order redelivered with other content).
+		s.log.WarnContext(ctx, "adjustment redelivered with a different delta; keeping the first decision",
+			"adjustmentId", a.AdjustmentID, "sku", a.SKU, "delta", a.Delta, "recordedDelta", recorded)
+	}
+	if getS(marker, attrOutcome) == OutcomeRejected {
+		seen, _ := getN(marker, attrAvailable)
+		return fmt.Errorf("%w: %s: rejected before (%s had %d available, delta %d); the decision stands",
+			ErrInsufficientStock, what, a.SKU, seen, a.Delta)
+	}
+	return nil
+}
+
+// seedStock is SeedStock on the stock item's lock: one locking read and one
+// UpdateAndRelease.
+func (s *Service) seedStock(ctx context.Context, sku string, available int) error {
+	lease, wait, err := s.budget(ctx)
+	if err != nil {
+		return err
+	}
+	hbCtx, stopHB := context.WithCancel(ctx)
+	defer stopHB()
+	h, err := s.holdStock(hbCtx, sku, waitPolicy(max(wait, 5*time.Second)), lease, nil)
+	if err != nil {
+		if errors.Is(err, lockcore.ErrLockHeld) {
+			return busy("seed "+sku, err)
+		}
+		return fmt.Errorf("shop: seed %s: lock: %w", sku, err)
+	}
+	upd := expression.Set(name(attrAvailable), value(available)).
+		Set(name(attrReserved), expression.IfNotExists(name(attrReserved), value(0)))
+	if _, err := h.lease.UpdateAndRelease(ctx, upd, expression.ConditionBuilder{}); err != nil {
+		s.release(ctx, "seed "+sku, h.lease)
+		return fmt.Errorf("shop: seed %s: %w", sku, err)
+	}
+	return nil
 }

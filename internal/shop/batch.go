@@ -78,6 +78,15 @@ type batchJob struct {
 // was written and they can be retried. Invalid orders fail with a *FieldError.
 func (s *Service) ProcessOrders(ctx context.Context, orders []Order) []BatchResult {
 	res := make([]BatchResult, len(orders))
+	if s.legacy {
+		// The legacy mode decides orders one by one, as its handler does.
+		for i, o := range orders {
+			out, err := s.processOrderLegacy(ctx, o)
+			out.OrderID = o.OrderID
+			res[i] = BatchResult{Outcome: out, Err: err}
+		}
+		return res
+	}
 	byID := map[string]*batchJob{}
 	var jobs []*batchJob
 	for i, o := range orders {
@@ -384,9 +393,11 @@ func skuGroups(jobs []*batchJob) [][]*batchJob {
 	return groups
 }
 
-// decideGroup takes the SKU locks of a group of orders once, reads each SKU's stock once
-// and decides the orders one by one. It returns an error only when the crash hook says
-// to die; every order's own result goes to finish.
+// decideGroup takes the stock items of a group of orders once (the locking read: lock
+// and stock in one call per SKU), decides the orders one by one against the running
+// stock and writes the decisions in a transaction that also releases the stock items.
+// It returns an error only when the crash hook says to die; every order's own result
+// goes to finish.
 func (s *Service) decideGroup(ctx context.Context, group []*batchJob, lease time.Duration,
 	left func() lockcore.WaitPolicy, finish func(*batchJob, Outcome, error),
 ) error {
@@ -402,109 +413,103 @@ func (s *Service) decideGroup(ctx context.Context, group []*batchJob, lease time
 			finish(j, Outcome{}, err)
 		}
 	}
-	skuCtx, stopSKUHB := context.WithCancel(ctx)
-	defer stopSKUHB()
-	var (
-		ml        *lockcore.MultiLease
-		keys, ids []string
-		skus      map[string]bool
-		what      string
-	)
+	// The stock leases' heartbeats run until the releasing transaction is sent.
+	hbCtx, stopHB := context.WithCancel(ctx)
+	defer stopHB()
+	var holds map[string]*stockHold
 	for {
-		keys, ids, skus = nil, nil, map[string]bool{}
+		var skus []string
+		var record []Order
 		for _, j := range group {
-			ids = append(ids, j.order.OrderID)
+			record = append(record, j.order)
 			for _, l := range j.order.Lines {
-				if !skus[l.SKU] {
-					skus[l.SKU] = true
-					keys = append(keys, SKULockKey(l.SKU))
+				if !slices.Contains(skus, l.SKU) {
+					skus = append(skus, l.SKU)
 				}
 			}
 		}
-		what = "orders " + strings.Join(ids, ", ")
+		slices.Sort(skus)
+		// The group's orders are recorded on its first stock item in the write that
+		// locks it, so that a holder that dies leaves them where the janitor finds them.
+		var blocked string
 		var err error
-		ml, err = s.skus.AcquireAll(skuCtx, keys, left(),
-			lockcore.Data([]byte(strings.Join(ids, BatchDataSeparator))), lockcore.LeaseDuration(lease))
+		holds, blocked, err = s.holdAllStock(hbCtx, skus, left, lease, record)
 		if err == nil {
 			break
 		}
-		var held *lockcore.HeldError
-		if !errors.As(err, &held) && ctx.Err() != nil {
+		what := "orders of " + strings.Join(skus, ", ")
+		if !errors.Is(err, lockcore.ErrLockHeld) && ctx.Err() != nil {
 			// The invocation's deadline ended the wait (a request in flight at the end of
 			// the wait budget): contention all the same.
 			releaseOrders(group, busy(what, err))
 			return nil
 		}
-		if !errors.As(err, &held) {
+		if !errors.Is(err, lockcore.ErrLockHeld) {
 			releaseOrders(group, fmt.Errorf("shop: %s: lock stock: %w", what, err))
 			return nil
 		}
 		// Only the orders that need the SKU still held go back; the others try again
 		// without it (at once, if the wait budget is spent).
-		var blocked, rest []*batchJob
+		var stuck, rest []*batchJob
 		for _, j := range group {
-			if slices.ContainsFunc(j.order.Lines, func(l Line) bool { return SKULockKey(l.SKU) == held.Key }) {
-				blocked = append(blocked, j)
+			if slices.ContainsFunc(j.order.Lines, func(l Line) bool { return l.SKU == blocked }) {
+				stuck = append(stuck, j)
 			} else {
 				rest = append(rest, j)
 			}
 		}
-		if len(blocked) == 0 {
-			blocked, rest = group, nil
+		if len(stuck) == 0 {
+			stuck, rest = group, nil
 		}
-		releaseOrders(blocked, busy("order "+blocked[0].order.OrderID, err))
+		releaseOrders(stuck, busy("order "+stuck[0].order.OrderID, err))
 		if len(rest) == 0 {
 			return nil
 		}
 		group = rest
 	}
-	// Released when the group is done — not by a crash: a dead holder releases nothing.
-	releaseSKUs := func() { s.release(ctx, "stock of "+what, ml) } // concurrently, key by key
-
-	// The stock, once per SKU (in one request); the running figure follows the decisions
-	// written.
-	stock, err := s.readStocks(ctx, skus)
-	if err != nil {
-		releaseOrders(group, err)
-		releaseSKUs()
-		return nil
-	}
 	if err := s.crashAt(CrashStockLocked); err != nil {
-		return err
+		return err // a dead holder: no release, no write
 	}
-	defer releaseSKUs()
-
-	s.writeDecisions(ctx, group, ml, stock, finish)
+	// The group's records on its first stock item go with the release.
+	first := holds[slices.Min(slices.Collect(maps.Keys(holds)))]
+	for _, j := range group {
+		first.remove = append(first.remove, pendingAttr(j.order.OrderID))
+	}
+	s.writeDecisions(ctx, group, holds, stopHB, finish)
 	return nil
 }
 
 // writeDecisions decides the orders of a group in batch order against the running stock
-// and writes the decisions in as few transactions as DynamoDB's item limit allows
-// (usually one per group): each order's item (its decision, which also unlocks it) and,
-// per SKU, one update moving the group's reserved units from available to reserved,
-// conditioned on enough being available and fenced by the SKU lease's token.
+// (as the locking reads returned it) and writes the decisions in as few transactions as
+// DynamoDB's item limit allows (usually one per group): each order's item (its decision,
+// which also unlocks it, conditioned on the order lease) and, per SKU, one update moving
+// the group's reserved units from available to reserved, conditioned on enough being
+// available and on the stock lease (HeldCondition). The last transaction also releases
+// every stock item (its holder attributes removed, in the same update), so the release
+// costs no call of its own; stopHB stops the stock leases' heartbeats before it is sent,
+// so that no renewal races it.
 //
 // A transaction is all or nothing, so every order's decision is too, and the running
 // stock a later order was decided against is exactly what the earlier orders left. One
 // order's failure does not undo another's: an order whose own lock was lost (its item's
-// condition failed) is failed alone and the others are decided again without it.
-//
-// Why no GuardCheck of the SKU leases (one per SKU and order before; 2 WCU each): the
-// stock updates are relative (available - n, conditioned on available >= n) and fenced,
-// so a holder that lost a SKU lease can neither oversell nor overwrite a newer holder's
-// reservation — once the newer holder has written, the fence refuses the old one; before
-// that, the old one's reservation is a correct one, made against the stock as it was,
-// and the newer holder's own condition then sees what it left. A rejection changes no
-// stock. So the guards bought nothing the conditions do not, at a cost per order.
-func (s *Service) writeDecisions(ctx context.Context, group []*batchJob, ml *lockcore.MultiLease,
-	stock map[string]int64, finish func(*batchJob, Outcome, error),
+// condition failed) is failed alone and the others are decided again without it. A
+// stock lease lost (its condition failed) fails every order left: nothing was written.
+func (s *Service) writeDecisions(ctx context.Context, group []*batchJob, holds map[string]*stockHold,
+	stopHB func(), finish func(*batchJob, Outcome, error),
 ) {
 	type decision struct {
 		j      *batchJob
 		status Status
 		reason string
 	}
+	stock := make(map[string]int64, len(holds))
+	for sku, h := range holds {
+		stock[sku] = h.avail
+	}
+	skus := slices.Sorted(maps.Keys(holds))
 	pending := slices.Clone(group)
+	decided := 0
+	released := false
 	failRest := func(err error) {
 		s.releaseJobs(ctx, pending)
 		for _, j := range pending {
@@ -512,6 +517,11 @@ func (s *Service) writeDecisions(ctx context.Context, group []*batchJob, ml *loc
 		}
 		pending = nil
 	}
+	defer func() {
+		if !released {
+			s.releaseHolds(ctx, holds)
+		}
+	}()
 	for len(pending) > 0 {
 		// Decide from the stock as the landed transactions left it.
 		run := maps.Clone(stock)
@@ -519,38 +529,44 @@ func (s *Service) writeDecisions(ctx context.Context, group []*batchJob, ml *loc
 			chunk []decision
 			items []types.TransactWriteItem
 			units = map[string]int64{} // per SKU, the chunk's reserved units
-			skus  []string             // in first-use order
 		)
+		// Room for the orders: every held stock item may be written by the last
+		// transaction (the release), and an earlier one writes those it reserves on.
+		room := max(maxTransactItems-len(holds), 1)
 		for _, j := range pending {
-			st, reason := decideFrom(run, j.order)
-			newSKUs := 0
-			if st == StatusReserved {
-				for _, l := range j.order.Lines {
-					if _, ok := units[l.SKU]; !ok {
-						newSKUs++
-					}
-				}
-			}
-			if len(chunk) > 0 && len(chunk)+1+len(units)+newSKUs > maxTransactItems {
+			if len(chunk) == room {
 				break // the next transaction decides it, against what this one leaves
 			}
+			st, reason := decideFrom(run, j.order)
 			if st == StatusReserved {
 				for _, l := range j.order.Lines {
-					if _, ok := units[l.SKU]; !ok {
-						skus = append(skus, l.SKU)
-					}
 					units[l.SKU] += int64(l.Qty)
 					run[l.SKU] -= int64(l.Qty)
 				}
 			}
 			chunk = append(chunk, decision{j: j, status: st, reason: reason})
 		}
+		last := len(chunk) == len(pending)
 		for _, d := range chunk {
 			d.j.stop() // the transaction unlocks the order: its heartbeat must not race it
 			items = append(items, s.finalOrderItem(d.j.ol, d.j.order, d.status, d.reason))
 		}
+		var holdFor []*stockHold // the stock items, in items' order after the orders
 		for _, sku := range skus {
-			items = append(items, s.reserveUnits(sku, units[sku], ml.Token(SKULockKey(sku))))
+			h := holds[sku]
+			rm := h.remove
+			if !last {
+				h.remove = nil // the records go with the release
+			}
+			it, ok := s.stockUpdate(h, units[sku], last)
+			h.remove = rm
+			if ok && len(items) < maxTransactItems {
+				items = append(items, it)
+				holdFor = append(holdFor, h)
+			}
+		}
+		if last {
+			stopHB()
 		}
 		res, err := s.transact(ctx, items)
 		if err != nil && res.failed >= 0 && res.failed < len(chunk) && res.ambiguous {
@@ -576,8 +592,24 @@ func (s *Service) writeDecisions(ctx context.Context, group []*batchJob, ml *loc
 				}
 				finish(d.j, Outcome{Status: d.status, Reason: d.reason}, nil)
 			}
+			decided += len(chunk)
 			stock = run
 			pending = pending[len(chunk):]
+			if last {
+				released = len(holdFor) == len(holds)
+				if !released {
+					// Held items the transaction had no room for: nothing to write there.
+					rest := map[string]*stockHold{}
+					for sku, h := range holds {
+						if !slices.Contains(holdFor, h) {
+							rest[sku] = h
+						}
+					}
+					s.releaseHolds(ctx, rest)
+					released = true
+				}
+				s.held(ctx, holds, decided, false)
+			}
 		case res.failed >= 0 && res.failed < len(chunk):
 			// That order's lock was taken over: it alone goes back; the rest is decided
 			// again without it.
@@ -586,15 +618,37 @@ func (s *Service) writeDecisions(ctx context.Context, group []*batchJob, ml *loc
 			finish(j, Outcome{}, fmt.Errorf("shop: order %s: its lease was lost before the decision was written (%w): %w",
 				j.order.OrderID, lockcore.ErrLeaseLost, err))
 			pending = slices.DeleteFunc(pending, func(p *batchJob) bool { return p == j })
+			if len(pending) == 0 && !released {
+				// Nobody left to decide: the stock items still carry the records.
+				stopHB()
+				if _, err := s.transactRelease(ctx, holds); err == nil {
+					released = true
+					s.held(ctx, holds, decided, false)
+				}
+			}
 		case res.failed >= 0:
-			// A stock condition: a SKU lease was lost (the fence) or the stock moved
-			// under it. Nothing was written; every order left goes back.
-			failRest(fmt.Errorf("shop: %s: a SKU lease was lost before the decisions were written (%w): %w",
+			// A stock condition: a stock lease was lost (paused past it, taken over).
+			// Nothing was written; every order left goes back.
+			s.held(ctx, holds, decided, true)
+			failRest(fmt.Errorf("shop: %s: a stock lease was lost before the decisions were written (%w): %w",
 				"orders of the batch", lockcore.ErrLeaseLost, err))
 		default:
 			failRest(fmt.Errorf("shop: decisions of the batch: %w", err))
 		}
 	}
+}
+
+// transactRelease releases held stock items and removes their records, in one
+// transaction (a group's orders all failed alone: their records must not outlive the
+// hold).
+func (s *Service) transactRelease(ctx context.Context, holds map[string]*stockHold) (txResult, error) {
+	var items []types.TransactWriteItem
+	for _, sku := range slices.Sorted(maps.Keys(holds)) {
+		if it, ok := s.stockUpdate(holds[sku], 0, true); ok {
+			items = append(items, it)
+		}
+	}
+	return s.transact(ctx, items)
 }
 
 // decideFrom decides an order against the available stock: RESERVED if every line is
@@ -618,28 +672,6 @@ const maxBatchGetKeys = 100
 // batchGetAttempts bounds the requests of one BatchGetItem whose keys DynamoDB keeps
 // returning unprocessed (throttling).
 const batchGetAttempts = 8
-
-// readStocks reads the stock record of every SKU, strongly consistent, in one
-// BatchGetItem (see batchGet): the SKU locks are held meanwhile, and one request holds
-// them shorter than one per SKU, however concurrent. A SKU without a record has nothing
-// available.
-func (s *Service) readStocks(ctx context.Context, skus map[string]bool) (map[string]int64, error) {
-	keys := make([]map[string]types.AttributeValue, 0, len(skus))
-	for sku := range skus {
-		keys = append(keys, stockKey(sku))
-	}
-	items, err := s.batchGet(ctx, s.t.Inventory, keys)
-	if err != nil {
-		return nil, fmt.Errorf("shop: read stock: %w", err)
-	}
-	stock := make(map[string]int64, len(skus))
-	for _, it := range items {
-		if sku, ok := strings.CutPrefix(getS(it, attrPK), StockPKPrefix); ok {
-			stock[sku], _ = getN(it, attrAvailable)
-		}
-	}
-	return stock, nil
-}
 
 // batchGet reads the items of table with the given keys, strongly consistent: one
 // BatchGetItem per 100 keys, and again for the keys DynamoDB returns unprocessed

@@ -3,12 +3,9 @@ package shop_test
 import (
 	"context"
 	"errors"
-	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/turnstile-locks/turnstile/internal/shop"
@@ -137,78 +134,4 @@ func TestBatchDecidesHandedOverOrder(t *testing.T) {
 	if out, err := svc.ProcessOrder(ctxT(t, 10*time.Second), o); err != nil || !out.Duplicate {
 		t.Fatalf("ProcessOrder again = %+v, %v; want a duplicate", out, err)
 	}
-}
-
-// stingyDB answers a BatchGetItem with at most limit keys per table processed and
-// returns the rest as unprocessed, as DynamoDB does under throttling; limit 0 processes
-// nothing. The reads it does make go to the engine.
-type stingyDB struct {
-	shop.DB
-	limit int
-	calls atomic.Int32
-}
-
-func (d *stingyDB) BatchGetItem(ctx context.Context, in *dynamodb.BatchGetItemInput, o ...func(*dynamodb.Options)) (*dynamodb.BatchGetItemOutput, error) {
-	d.calls.Add(1)
-	now, later := map[string]types.KeysAndAttributes{}, map[string]types.KeysAndAttributes{}
-	for table, ka := range in.RequestItems {
-		n := min(d.limit, len(ka.Keys))
-		if n > 0 {
-			now[table] = types.KeysAndAttributes{Keys: ka.Keys[:n], ConsistentRead: ka.ConsistentRead}
-		}
-		if n < len(ka.Keys) {
-			later[table] = types.KeysAndAttributes{Keys: ka.Keys[n:], ConsistentRead: ka.ConsistentRead}
-		}
-	}
-	out := &dynamodb.BatchGetItemOutput{Responses: map[string][]map[string]types.AttributeValue{}}
-	if len(now) > 0 {
-		var err error
-		if out, err = d.DB.BatchGetItem(ctx, &dynamodb.BatchGetItemInput{RequestItems: now}, o...); err != nil {
-			return nil, err
-		}
-	}
-	out.UnprocessedKeys = later
-	return out, nil
-}
-
-// Keys DynamoDB returns unprocessed are asked for again: a group's stock read one SKU per
-// request still decides every order against the right stock; a read that never gets its
-// keys processed fails the orders as retryable, writing nothing.
-func TestBatchStockReadRetriesUnprocessedKeys(t *testing.T) {
-	e := newEnv(t)
-	orders := []shop.Order{
-		{OrderID: "u-1", CustomerID: "c", Lines: []shop.Line{{SKU: "A", Qty: 2}, {SKU: "B", Qty: 1}}},
-		{OrderID: "u-2", CustomerID: "c", Lines: []shop.Line{{SKU: "B", Qty: 1}, {SKU: "C", Qty: 4}}},
-	}
-	seed(t, e.service(t, "seed"), map[string]int{"A": 5, "B": 5, "C": 3})
-
-	one := &stingyDB{DB: e.db, limit: 1}
-	svc, err := shop.NewService(one, e.t, shop.WithOwner("stingy"), shop.WithLease(time.Second), shop.WithWaitBudget(time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
-	res := svc.ProcessOrders(ctxT(t, 10*time.Second), orders)
-	if res[0].Err != nil || res[0].Outcome.Status != shop.StatusReserved {
-		t.Errorf("u-1 = %+v, %v; want RESERVED", res[0].Outcome, res[0].Err)
-	}
-	if res[1].Err != nil || res[1].Outcome.Status != shop.StatusRejected {
-		t.Errorf("u-2 = %+v, %v; want REJECTED (C has 3 of 4)", res[1].Outcome, res[1].Err)
-	}
-	if n := one.calls.Load(); n != 3 {
-		t.Errorf("%d BatchGetItem requests, want 3 (one per SKU)", n)
-	}
-	wantStock(t, svc, "B", 4, 1)
-
-	none := &stingyDB{DB: e.db, limit: 0}
-	svc, err = shop.NewService(none, e.t, shop.WithOwner("starved"), shop.WithLease(time.Second), shop.WithWaitBudget(time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
-	o := shop.Order{OrderID: "u-3", CustomerID: "c", Lines: []shop.Line{{SKU: "A", Qty: 1}}}
-	r := svc.ProcessOrders(ctxT(t, 10*time.Second), []shop.Order{o})[0]
-	if r.Err == nil || !strings.Contains(r.Err.Error(), "unprocessed") {
-		t.Errorf("u-3 = %+v, %v; want an error naming the unprocessed keys", r.Outcome, r.Err)
-	}
-	wantStatus(t, svc, "u-3", shop.StatusPending)
-	wantStock(t, svc, "A", 3, 2)
 }

@@ -60,9 +60,10 @@ func (c *opCounter) client(db *dynamodb.Client) *dynamodb.Client {
 
 // TestProcessOrdersUncontendedCost pins the request count of the batch path on free
 // locks: ten orders on three SKUs cost one locking take per order (which also stores it as
-// PENDING), one take and one release per SKU, one read of the stock of all three SKUs
-// (BatchGetItem), and one transaction for all ten decisions — 18 requests, 1.8 per order. A change that adds a round trip per order or
-// per SKU fails here (cost is measured by counting requests, not by timing).
+// PENDING), one locking read per SKU (the lock and the stock in one call), and one
+// transaction for all ten decisions, which also releases the stock items — 14 requests,
+// 1.4 per order. A change that adds a round trip per order or per SKU fails here (cost is
+// measured by counting requests, not by timing).
 func TestProcessOrdersUncontendedCost(t *testing.T) {
 	e := newEnv(t)
 	c := &opCounter{ops: map[string]int{}}
@@ -84,10 +85,9 @@ func TestProcessOrdersUncontendedCost(t *testing.T) {
 		}
 	}
 	want := map[string]int{
-		"UpdateItem " + e.t.Orders: 10, // the order locks, each storing its order as PENDING
-		"UpdateItem " + e.t.Locks:  6,  // the SKU locks: take and release of each
-		"BatchGetItem":             1,  // the stock, once per SKU, in one request
-		"TransactWriteItems":       1,  // every decision
+		"UpdateItem " + e.t.Orders:    10, // the order locks, each storing its order as PENDING
+		"UpdateItem " + e.t.Inventory: 3,  // the stock items' locking reads
+		"TransactWriteItems":          1,  // every decision, and the stock items' release
 	}
 	c.mu.Lock()
 	got := maps.Clone(c.ops)
@@ -109,9 +109,9 @@ func TestProcessOrdersUncontendedCost(t *testing.T) {
 }
 
 // TestApplyAdjustmentUncontendedCost pins the request count of an applied adjustment on
-// a free lock: the SKU lock's take and release, one read of the marker and the stock
-// together (BatchGetItem), and one transaction of two items (stock and marker; the fence
-// and the marker's condition guard it, no ConditionCheck of the lease) — 4 requests.
+// a free lock: the stock item's locking read (the lock and the stock), and one
+// transaction of two items (the stock, which it also releases, and the marker, whose
+// absence is its condition: no read of it first) — 2 requests.
 func TestApplyAdjustmentUncontendedCost(t *testing.T) {
 	e := newEnv(t)
 	c := &opCounter{ops: map[string]int{}}
@@ -129,9 +129,8 @@ func TestApplyAdjustmentUncontendedCost(t *testing.T) {
 		t.Fatalf("ApplyAdjustment = %v, %v", applied, err)
 	}
 	want := map[string]int{
-		"UpdateItem " + e.t.Locks: 2, // take and release
-		"BatchGetItem":            1, // marker and stock
-		"TransactWriteItems":      1, // stock and marker
+		"UpdateItem " + e.t.Inventory: 1, // the locking read
+		"TransactWriteItems":          1, // stock (and its release) and marker
 	}
 	c.mu.Lock()
 	got := maps.Clone(c.ops)

@@ -47,6 +47,8 @@ const (
 	// were recorded) or OutcomeRejected.
 	attrOutcome        = "outcome"
 	attrRequestedDelta = "requestedDelta"
+	// attrMarkerLease of an ADJ# marker: the stock lease that wrote it.
+	attrMarkerLease = "leaseId"
 )
 
 // OutcomeRejected is the outcome attribute of the ADJ# marker of a rejected adjustment.

@@ -15,30 +15,29 @@ import (
 	"github.com/turnstile-locks/turnstile/lockcore"
 )
 
-// ProcessOrder reserves stock for every line of o, all or nothing, and is idempotent:
+// ProcessOrder reserves stock for every line of o, all or nothing, and is idempotent: it
+// is ProcessOrders of a batch of one (see there). An order already RESERVED or REJECTED
+// is reported with Duplicate set. Contention returns an error matching ErrBusy and a
+// lost lease one matching lockcore.ErrLeaseLost — in both cases nothing was decided and
+// the order can be retried. An invalid order returns a *FieldError.
 //
-//  1. It locks the order item (a locking read on the orders table, creating the item if
-//     absent). An order already RESERVED or REJECTED is released untouched and reported
-//     with Duplicate set. A new order is stored as PENDING with its customer and lines
-//     (the first version of an order id seen wins), so that the janitor can re-drive it
-//     should this holder die.
-//  2. It locks every SKU of the order with Mutex.AcquireAll on "sku#<sku>" (canonical
-//     order, so overlapping orders never deadlock). Each SKU lease carries the order id
-//     as its data, so a lease found abandoned names its order.
-//  3. It reads the stock records (strongly consistent). If any line lacks stock, the
-//     order becomes REJECTED with a reason naming the SKUs; otherwise RESERVED.
-//  4. One TransactWriteItems writes the decision: the order item (status, lock removed,
-//     conditioned on the order lease), for a reservation an update of every stock record
-//     (available -= qty, reserved += qty, conditioned on available >= qty and on the SKU
-//     lease's fencing token), and a GuardCheck of every SKU lease. A holder that lost any
-//     lease writes nothing.
-//  5. It releases the SKU locks. Heartbeats stop before it returns.
-//
-// Locks are waited for at most the wait budget (see WithWaitBudget); contention returns
-// an error matching ErrBusy and a lost lease one matching lockcore.ErrLeaseLost — in both
-// cases nothing was decided and the order can be retried. An invalid order returns a
-// *FieldError.
+// In the legacy mode (WithLegacyWait) it is the order path as it was before, kept for
+// the demo's comparison: the order item locked, every SKU locked with Mutex.AcquireAll
+// on the lock table, the stock read, one transaction writing the decision with a
+// GuardCheck of every SKU lease, and the SKU locks released.
 func (s *Service) ProcessOrder(ctx context.Context, o Order) (Outcome, error) {
+	if !s.legacy {
+		if err := o.Validate(); err != nil {
+			return Outcome{}, err
+		}
+		r := s.ProcessOrders(ctx, []Order{o})[0]
+		return r.Outcome, r.Err
+	}
+	return s.processOrderLegacy(ctx, o)
+}
+
+// processOrderLegacy is the legacy mode's ProcessOrder.
+func (s *Service) processOrderLegacy(ctx context.Context, o Order) (Outcome, error) {
 	if err := o.Validate(); err != nil {
 		return Outcome{}, err
 	}

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"sync"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
@@ -118,11 +119,13 @@ const (
 )
 
 // DB is the part of the DynamoDB client the service uses (*dynamodb.Client satisfies
-// it): what lockcore needs, and BatchGetItem, with which ProcessOrders reads a group's
-// stock and orders in one request.
+// it): what lockcore needs, BatchGetItem, with which ProcessOrders reads the orders of a
+// batch in one request, and Scan, with which the janitor's sweep looks for abandoned
+// stock locks (AbandonedStock).
 type DB interface {
 	lockcore.DynamoDB
 	BatchGetItem(ctx context.Context, in *dynamodb.BatchGetItemInput, optFns ...func(*dynamodb.Options)) (*dynamodb.BatchGetItemOutput, error)
+	Scan(ctx context.Context, in *dynamodb.ScanInput, optFns ...func(*dynamodb.Options)) (*dynamodb.ScanOutput, error)
 }
 
 var _ DB = (*dynamodb.Client)(nil)
@@ -145,10 +148,17 @@ type Service struct {
 	lockOpts []lockcore.Option
 	lockObs  []lockcore.Observer // WithLockObserver's, after the service's own
 
+	holdObs []func(ctx context.Context, e HoldEvent) // WithHoldObserver's
+
+	sweepMu  sync.Mutex
+	sweepIL  *lockcore.ItemLocker // the janitor's stock locker (sweepLocker)
+	sweepAge time.Duration
+
 	// The lockers are built once (they keep what they learn, such as takeover
 	// observations, for the life of the container); each acquisition passes its lease.
 	orders *lockcore.ItemLocker // nil without an orders table
-	skus   *lockcore.Mutex
+	stock  *lockcore.ItemLocker // the stock items' locking read; nil without an inventory table
+	skus   *lockcore.Mutex      // the lock table's SKU locks: the legacy mode's (WithLegacyWait); nil without one
 }
 
 // Option configures a Service.
@@ -277,15 +287,35 @@ func WithLockObserver(o lockcore.Observer) Option {
 	return func(s *Service) error { s.lockObs = append(s.lockObs, o); return nil }
 }
 
-// NewService returns a Service on the given tables. Locks is required; Orders and
-// Inventory only by the operations that use them (the inventory updater has no orders
-// table, the janitor no inventory).
+// HoldEvent is one critical section on a SKU's stock item: from the locking read that
+// took it to the write that released it (the decision transaction, or an adjustment's).
+type HoldEvent struct {
+	SKU    string
+	Held   time.Duration
+	Orders int  // orders decided by the write that released it
+	Lost   bool // the lease was lost: the write was refused
+}
+
+// WithHoldObserver adds an observer of the critical sections on stock items (see
+// HoldEvent). The stock items are released by the service's own transactions, which
+// lockcore's Observer does not see (its Released event is for lockcore's own releases);
+// the demo times the hottest SKU's lock with it.
+func WithHoldObserver(f func(ctx context.Context, e HoldEvent)) Option {
+	return func(s *Service) error {
+		if f != nil {
+			s.holdObs = append(s.holdObs, f)
+		}
+		return nil
+	}
+}
+
+// NewService returns a Service on the given tables. Orders and Inventory are required only
+// by the operations that use them (the inventory updater has no orders table); Locks only
+// by the legacy mode (WithLegacyWait), whose SKU locks are lock-table rows — the others
+// lock the stock items themselves.
 func NewService(db DB, t Tables, opts ...Option) (*Service, error) {
 	if db == nil {
 		return nil, errors.New("shop: db must not be nil")
-	}
-	if t.Locks == "" {
-		return nil, fmt.Errorf("shop: tables: Locks must be set, got %+v", t)
 	}
 	s := &Service{
 		db: db, t: t, lease: DefaultLease, wait: -1, skew: DefaultTakeoverSkew,
@@ -301,6 +331,9 @@ func NewService(db DB, t Tables, opts ...Option) (*Service, error) {
 	}
 	if s.legacy && s.wait < 0 {
 		s.wait = DefaultWaitBudget
+	}
+	if s.legacy && t.Locks == "" {
+		return nil, fmt.Errorf("shop: tables: the legacy mode needs Locks, got %+v", t)
 	}
 	if s.owner == "" {
 		host, _ := os.Hostname()
@@ -426,8 +459,17 @@ func (s *Service) buildLockers() error {
 			return fmt.Errorf("shop: %w", err)
 		}
 	}
-	if s.skus, err = lockcore.NewMutex(s.db, s.t.Locks, opts...); err != nil {
-		return fmt.Errorf("shop: %w", err)
+	if s.t.Inventory != "" {
+		// A stock item is locked by the locking read that reads it (and the waiting orders
+		// recorded on it); the decision transaction releases it.
+		if s.stock, err = lockcore.NewItemLocker(s.db, s.t.Inventory, opts...); err != nil {
+			return fmt.Errorf("shop: %w", err)
+		}
+	}
+	if s.t.Locks != "" {
+		if s.skus, err = lockcore.NewMutex(s.db, s.t.Locks, opts...); err != nil {
+			return fmt.Errorf("shop: %w", err)
+		}
 	}
 	return nil
 }

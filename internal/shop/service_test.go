@@ -5,13 +5,16 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"reflect"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/turnstile-locks/turnstile/internal/emf"
 	"github.com/turnstile-locks/turnstile/internal/shop"
@@ -87,6 +90,44 @@ func wantStatus(t *testing.T, svc *shop.Service, id string, want shop.Status) {
 	}
 }
 
+// holdStockItem locks a SKU's stock item as another client would (lockcore's locking
+// read on the inventory table).
+func holdStockItem(t *testing.T, e *env, owner, sku string) *lockcore.ItemLease {
+	t.Helper()
+	il, err := lockcore.NewItemLocker(e.db, e.t.Inventory, lockcore.WithOwner(owner))
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := il.Acquire(ctxT(t, 5*time.Second), stockKey(sku))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
+func stockKey(sku string) map[string]types.AttributeValue {
+	return map[string]types.AttributeValue{
+		"pk": &types.AttributeValueMemberS{Value: shop.StockPKPrefix + sku},
+		"sk": &types.AttributeValueMemberS{Value: shop.StockSK},
+	}
+}
+
+// stockHolder returns the lease id that holds a SKU's stock item ("" when none).
+func stockHolder(t *testing.T, e *env, sku string) string {
+	t.Helper()
+	out, err := e.db.GetItem(ctxT(t, 5*time.Second), &dynamodb.GetItemInput{
+		TableName: aws.String(e.t.Inventory), Key: stockKey(sku), ConsistentRead: aws.Bool(true),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, _ := out.Item[lockcore.DefaultItemAttributes.LockedBy].(*types.AttributeValueMemberS)
+	if v == nil {
+		return ""
+	}
+	return v.Value
+}
+
 // recorder is a MetricsSink that keeps every value.
 type recorder struct {
 	mu sync.Mutex
@@ -147,15 +188,16 @@ func TestProcessOrderReservesOnceAndIsIdempotent(t *testing.T) {
 }
 
 // WithLockObserver adds to the service's own lock observer: the lock metrics still flow,
-// and the added observer sees every acquisition and release of a SKU's lock, with the
-// time it was held.
+// and the added observer sees every acquisition of a SKU's stock item; the hold observer
+// sees the critical section the order's decision transaction ended.
 func TestWithLockObserverAddsToTheMetrics(t *testing.T) {
 	e := newEnv(t)
 	rec := &recorder{}
-	key := shop.SKULockKey("MUG-RED-350")
+	key := "pk=SKU#MUG-RED-350,sk=STOCK" // lockcore's label of the stock item's key
 	var mu sync.Mutex
 	var acquired int
 	var held []time.Duration
+	var holds []shop.HoldEvent
 	obs := lockcore.Observer{
 		Acquired: func(_ context.Context, ev lockcore.AcquireEvent) {
 			if ev.Key == key {
@@ -172,7 +214,12 @@ func TestWithLockObserverAddsToTheMetrics(t *testing.T) {
 			}
 		},
 	}
-	svc := e.service(t, "svc-a", shop.WithMetrics(rec), shop.WithLockObserver(obs))
+	svc := e.service(t, "svc-a", shop.WithMetrics(rec), shop.WithLockObserver(obs),
+		shop.WithHoldObserver(func(_ context.Context, ev shop.HoldEvent) {
+			mu.Lock()
+			holds = append(holds, ev)
+			mu.Unlock()
+		}))
 	seed(t, svc, map[string]int{"MUG-RED-350": 10})
 	o := shop.Order{OrderID: "ord-obs", CustomerID: "c", Lines: []shop.Line{{SKU: "MUG-RED-350", Qty: 1}}}
 	if _, err := svc.ProcessOrder(ctxT(t, 10*time.Second), o); err != nil {
@@ -180,11 +227,15 @@ func TestWithLockObserverAddsToTheMetrics(t *testing.T) {
 	}
 	mu.Lock()
 	defer mu.Unlock()
-	// The seed and the order each took and released the SKU's lock once.
-	if acquired != 2 || len(held) != 2 || held[0] <= 0 || held[1] <= 0 {
-		t.Errorf("added observer: %d acquisitions, holds %v; want 2 of each", acquired, held)
+	// The seed and the order each took the stock item once; the seed released it with
+	// lockcore (UpdateAndRelease), the order with its decision transaction.
+	if acquired != 2 || len(held) != 1 || held[0] <= 0 {
+		t.Errorf("added observer: %d acquisitions, holds %v; want 2 and 1", acquired, held)
 	}
-	// The service's own: the seed's SKU lock, the order's lock and its SKU lock.
+	if len(holds) != 1 || holds[0].SKU != "MUG-RED-350" || holds[0].Orders != 1 || holds[0].Held <= 0 || holds[0].Lost {
+		t.Errorf("hold observer: %+v; want the order's critical section on MUG-RED-350", holds)
+	}
+	// The service's own: the seed's stock lock, the order's lock and its stock lock.
 	if rec.n(shop.MetricLockWait) != 3 || rec.n(shop.MetricLockHold) < 2 {
 		t.Errorf("metrics = %v; want 3 LockWait and the holds", rec.m)
 	}
@@ -220,24 +271,17 @@ func TestProcessOrderContentionIsBusy(t *testing.T) {
 	e := newEnv(t)
 	svc := e.service(t, "svc-a", shop.WithWaitBudget(0))
 	seed(t, svc, map[string]int{"MUG-RED-350": 5, "TEE-BLK-M": 5})
-	other, err := lockcore.NewMutex(e.db, e.t.Locks, lockcore.WithOwner("someone-else"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	held, err := other.Acquire(ctxT(t, 5*time.Second), shop.SKULockKey("TEE-BLK-M"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	held := holdStockItem(t, e, "someone-else", "TEE-BLK-M")
 	o := shop.Order{OrderID: "ord-busy", CustomerID: "c", Lines: []shop.Line{{SKU: "MUG-RED-350", Qty: 1}, {SKU: "TEE-BLK-M", Qty: 1}}}
-	_, err = svc.ProcessOrder(ctxT(t, 10*time.Second), o)
+	_, err := svc.ProcessOrder(ctxT(t, 10*time.Second), o)
 	if !errors.Is(err, shop.ErrBusy) || !errors.Is(err, lockcore.ErrLockHeld) {
 		t.Fatalf("err = %v, want ErrBusy", err)
 	}
 	wantStatus(t, svc, "ord-busy", shop.StatusPending)
 	wantStock(t, svc, "MUG-RED-350", 5, 0)
-	// Nothing of the order stays locked: the MUG lock was released, the order too.
-	if info, err := other.Get(ctxT(t, 5*time.Second), shop.SKULockKey("MUG-RED-350")); err != nil || info.Held {
-		t.Fatalf("MUG lock after busy: %+v, %v", info, err)
+	// Nothing of the order stays locked: the MUG stock item was released, the order too.
+	if by := stockHolder(t, e, "MUG-RED-350"); by != "" {
+		t.Fatalf("MUG stock item after busy: held by %q", by)
 	}
 	if err := held.Release(ctxT(t, 5*time.Second)); err != nil {
 		t.Fatal(err)
@@ -265,16 +309,16 @@ func TestCrashedHolderIsTakenOver(t *testing.T) {
 			if _, err := dead.ProcessOrder(ctxT(t, 10*time.Second), o); !errors.Is(err, crash) {
 				t.Fatalf("err = %v, want the injected crash", err)
 			}
-			mu, err := lockcore.NewMutex(e.db, e.t.Locks)
-			if err != nil {
-				t.Fatal(err)
-			}
-			info, err := mu.Get(ctxT(t, 5*time.Second), shop.SKULockKey("MUG-RED-350"))
-			if err != nil {
-				t.Fatal(err)
-			}
-			if point == shop.CrashStockLocked && (!info.Held || string(info.Data) != "ord-crash") {
-				t.Fatalf("SKU lock after crash = %+v (data %q), want held with the order id", info, info.Data)
+			if point == shop.CrashStockLocked {
+				// The dead holder's stock item stays locked, and names its order.
+				ab, err := e.service(t, "sweep").AbandonedStock(ctxT(t, 5*time.Second), -time.Hour)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if len(ab) != 1 || ab[0].SKU != "MUG-RED-350" || ab[0].Owner != "dead" || len(ab[0].Orders) != 1 ||
+					!reflect.DeepEqual(ab[0].Orders[0], o) {
+					t.Fatalf("stock item after crash = %+v, want locked by dead, naming %+v", ab, o)
+				}
 			}
 			wantStatus(t, dead, "ord-crash", shop.StatusPending)
 
@@ -411,15 +455,8 @@ func TestAdjustmentWaitsForOrderLock(t *testing.T) {
 	e := newEnv(t)
 	svc := e.service(t, "svc-a", shop.WithWaitBudget(0))
 	seed(t, svc, map[string]int{"MUG-RED-350": 5})
-	other, err := lockcore.NewMutex(e.db, e.t.Locks, lockcore.WithOwner("order-processor"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	held, err := other.Acquire(ctxT(t, 5*time.Second), shop.SKULockKey("MUG-RED-350"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, err = svc.ApplyAdjustment(ctxT(t, 5*time.Second), shop.Adjustment{AdjustmentID: "adj-1", SKU: "MUG-RED-350", Delta: -5})
+	held := holdStockItem(t, e, "order-processor", "MUG-RED-350")
+	_, err := svc.ApplyAdjustment(ctxT(t, 5*time.Second), shop.Adjustment{AdjustmentID: "adj-1", SKU: "MUG-RED-350", Delta: -5})
 	if !errors.Is(err, shop.ErrBusy) {
 		t.Fatalf("err = %v, want ErrBusy", err)
 	}

@@ -120,3 +120,13 @@ func buildPut(table string, item map[string]types.AttributeValue, cond expressio
 func name(n string) expression.NameBuilder { return expression.Name(n) }
 
 func value(v any) expression.ValueBuilder { return expression.Value(v) }
+
+func scanInput(table string, e expression.Expression, start map[string]types.AttributeValue) *dynamodb.ScanInput {
+	return &dynamodb.ScanInput{
+		TableName:                 aws.String(table),
+		FilterExpression:          e.Filter(),
+		ExpressionAttributeNames:  e.Names(),
+		ExpressionAttributeValues: e.Values(),
+		ExclusiveStartKey:         start,
+	}
+}

@@ -1040,14 +1040,15 @@ func TestLocalEnvironment(t *testing.T) {
 		want map[string]string
 	}{
 		{"OrderProcessorFunction", map[string]string{
-			"LOCK_TABLE": "turnstile-local-locks", "ORDERS_TABLE": "orders-test-1a2b",
+			"LOCK_TABLE": "", "ORDERS_TABLE": "orders-test-1a2b",
 			"INVENTORY_TABLE": "turnstile-local-inventory", "STAGE": "local",
 		}},
 		{"InventoryUpdaterFunction", map[string]string{
-			"LOCK_TABLE": "turnstile-local-locks", "INVENTORY_TABLE": "turnstile-local-inventory",
+			"LOCK_TABLE": "", "INVENTORY_TABLE": "turnstile-local-inventory",
 		}},
 		{"JanitorFunction", map[string]string{
 			"LOCK_TABLE": "turnstile-local-locks", "ORDERS_TABLE": "orders-test-1a2b",
+			"INVENTORY_TABLE":  "turnstile-local-inventory",
 			"ORDERS_QUEUE_URL": "http://127.0.0.1:9324/123456789012/turnstile-local-orders",
 		}},
 	}

@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/aws/aws-lambda-go/events"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/turnstile-locks/turnstile/functions/inventoryupdater/handler"
 	"github.com/turnstile-locks/turnstile/internal/emf"
@@ -124,14 +126,7 @@ func TestHandle(t *testing.T) {
 	}
 
 	// Contention: an order reservation holds the SKU.
-	other, err := lockcore.NewMutex(db, tables.Locks, lockcore.WithOwner("orderprocessor-x"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	held, err := other.Acquire(context.Background(), shop.SKULockKey("MUG-RED-350"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	held := holdStock(t, db, tables.Inventory, "orderprocessor-x", "MUG-RED-350", 0)
 	restock := withDetail(good, `{"adjustmentId":"adj-later","sku":"MUG-RED-350","delta":5,"reason":"restock"}`)
 	if err := h.Handle(context.Background(), restock); !errors.Is(err, shop.ErrBusy) {
 		t.Fatalf("under contention: %v, want ErrBusy", err)
@@ -140,6 +135,28 @@ func TestHandle(t *testing.T) {
 	if err := h.Handle(context.Background(), restock); err != nil {
 		t.Fatalf("retry: %v", err)
 	}
+}
+
+// holdStock locks a SKU's stock item as an order decision would (lockcore's locking
+// read on the inventory table; lease 0: lockcore's default).
+func holdStock(t *testing.T, db *dynamodb.Client, inventory, owner, sku string, lease time.Duration) *lockcore.ItemLease {
+	t.Helper()
+	opts := []lockcore.Option{lockcore.WithOwner(owner)}
+	if lease > 0 {
+		opts = append(opts, lockcore.WithLease(lease))
+	}
+	il, err := lockcore.NewItemLocker(db, inventory, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := il.Acquire(context.Background(), map[string]types.AttributeValue{
+		"pk": &types.AttributeValueMemberS{Value: shop.StockPKPrefix + sku},
+		"sk": &types.AttributeValueMemberS{Value: shop.StockSK},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
 }
 
 type fixture struct {
@@ -276,18 +293,11 @@ func TestRejectionIsRecordedNotRetried(t *testing.T) {
 // (errorType "LockContendedError"; Lambda retries it), logged once at WARN.
 func TestRetryableErrorsHaveMeaningfulTypes(t *testing.T) {
 	f := newFixture(t)
-	other, err := lockcore.NewMutex(testenv.Client(t), f.tables.Locks, lockcore.WithOwner("orderprocessor-x"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	held, err := other.Acquire(context.Background(), shop.SKULockKey("MUG-RED-350"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	held := holdStock(t, testenv.Client(t), f.tables.Inventory, "orderprocessor-x", "MUG-RED-350", 0)
 	defer func() { _ = held.Release(context.Background()) }()
 	f.newLines()
 	ev := withDetail(loadEvent(t, "eventbridge-stock-adjusted.json"), `{"adjustmentId":"adj-c","sku":"MUG-RED-350","delta":1}`)
-	err = f.h.Handle(context.Background(), ev)
+	err := f.h.Handle(context.Background(), ev)
 	var ce *handler.LockContendedError
 	if !errors.As(err, &ce) || !errors.Is(err, shop.ErrBusy) || reflect.TypeOf(err).Elem().Name() != "LockContendedError" {
 		t.Fatalf("err = %v (%T), want a *LockContendedError matching ErrBusy", err, err)

@@ -19,20 +19,14 @@ import (
 )
 
 // freezer is a DynamoDB client that freezes its writes (heartbeats included) after its
-// first BatchGetItem — the read of an adjustment's marker and stock — until thawed: a
-// Lambda environment paused between deciding and writing.
+// first UpdateItem — the locking read of the adjustment's stock item, which is the read of
+// its stock — until thawed: a Lambda environment paused between deciding and writing.
 type freezer struct {
 	*dynamodb.Client
 	armed  atomic.Bool
 	read   chan struct{} // closed after the first read
 	thawed chan struct{}
 	once   sync.Once
-}
-
-func (f *freezer) BatchGetItem(ctx context.Context, in *dynamodb.BatchGetItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.BatchGetItemOutput, error) {
-	out, err := f.Client.BatchGetItem(ctx, in, opts...)
-	f.once.Do(func() { f.armed.Store(true); close(f.read) })
-	return out, err
 }
 
 func (f *freezer) wait() {
@@ -43,7 +37,9 @@ func (f *freezer) wait() {
 
 func (f *freezer) UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error) {
 	f.wait()
-	return f.Client.UpdateItem(ctx, in, opts...)
+	out, err := f.Client.UpdateItem(ctx, in, opts...)
+	f.once.Do(func() { f.armed.Store(true); close(f.read) })
+	return out, err
 }
 
 func (f *freezer) TransactWriteItems(ctx context.Context, in *dynamodb.TransactWriteItemsInput, opts ...func(*dynamodb.Options)) (*dynamodb.TransactWriteItemsOutput, error) {
@@ -55,7 +51,7 @@ func (f *freezer) TransactWriteItems(ctx context.Context, in *dynamodb.TransactW
 // that then pauses (its lease runs out) before it records the rejection. Meanwhile a
 // restock lands and a redelivery of the same event applies the write-off. The paused
 // invocation's rejection write then finds the marker — the redelivery's APPLIED one —
-// and its guard failing; it reported the adjustment rejected all the same (WARN
+// and its lease lost; it reported the adjustment rejected all the same (WARN
 // "adjustment rejected", AdjustmentsRejected), taking another's decision for an earlier
 // attempt of its own (found by review). It must report what the marker says: applied,
 // a duplicate.

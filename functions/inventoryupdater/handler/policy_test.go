@@ -19,15 +19,15 @@ import (
 )
 
 // The rare path of the inventory updater's policy: a lock acquisition whose answer is lost
-// after it was applied is resolved by a consistent re-read (GetItem) of the lock row, and
-// the adjustment is applied once.
+// after it was applied is resolved by a consistent re-read (GetItem) of the stock item,
+// and the adjustment is applied once.
 func TestAmbiguousLockWriteIsReRead(t *testing.T) {
 	names := testenv.Tables(t, "LockTable", "InventoryTable")
 	tables := shop.Tables{Locks: names["LockTable"], Inventory: names["InventoryTable"]}
 	var hit atomic.Bool
 	db := calls.Client(testenv.Client(t), policycheck.Fault(1, func(in any) bool {
 		u, ok := in.(*dynamodb.UpdateItemInput)
-		if !ok || !strings.HasPrefix(aws.ToString(u.TableName), "LockTable-") ||
+		if !ok || !strings.HasPrefix(aws.ToString(u.TableName), "InventoryTable-") ||
 			u.ConditionExpression == nil || u.ReturnValues != types.ReturnValueAllNew {
 			return false
 		}

@@ -10,7 +10,6 @@ import (
 	"github.com/turnstile-locks/turnstile/functions/inventoryupdater/handler"
 	"github.com/turnstile-locks/turnstile/internal/shop"
 	"github.com/turnstile-locks/turnstile/internal/testenv"
-	"github.com/turnstile-locks/turnstile/lockcore"
 )
 
 // The inventory updater waits for a contended SKU within its invocation (deadline-derived
@@ -32,16 +31,8 @@ func TestContentionWaitsWithinTheDeadline(t *testing.T) {
 		t.Fatal(err)
 	}
 	h := handler.New(hsvc, handler.WithLogger(slog.New(slog.DiscardHandler)), handler.WithMetrics(nil))
-	other, err := lockcore.NewMutex(db, tables.Locks, lockcore.WithOwner("another-invocation"), lockcore.WithLease(10*time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
-
 	// Held for 1.5 s (longer than the old 1 s budget): waited out.
-	held, err := other.Acquire(context.Background(), shop.SKULockKey("MUG-RED-350"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	held := holdStock(t, db, tables.Inventory, "another-invocation", "MUG-RED-350", 10*time.Second)
 	time.AfterFunc(1500*time.Millisecond, func() { _ = held.Release(context.Background()) })
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
@@ -57,10 +48,7 @@ func TestContentionWaitsWithinTheDeadline(t *testing.T) {
 	}
 
 	// Held for good: fails a safety margin before the deadline, for a retry.
-	held, err = other.Acquire(context.Background(), shop.SKULockKey("MUG-RED-350"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	held = holdStock(t, db, tables.Inventory, "another-invocation", "MUG-RED-350", 10*time.Second)
 	defer func() { _ = held.Release(context.Background()) }()
 	ctx2, cancel2 := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel2()

@@ -13,6 +13,12 @@
 //     a lease renewed or re-acquired since the scan is never deleted. Swept rows that were
 //     still held are abandoned leases too, handled as above. lockcore's own rows (pk
 //     "turnstile#...") and queue counters (sk "...#counter") are never touched.
+//     The order processor locks stock items themselves (lockcore's locking read on the
+//     inventory table), which TTL must never remove: the sweep also scans the inventory
+//     table for stock items whose holder's lease ended more than the minimum age ago
+//     (shop.Service.AbandonedStock), re-drives the orders recorded on each that are not
+//     decided, and then takes the lock over and releases it (ClearAbandonedStock), so
+//     that the next sweep does not find it again.
 //
 // Correctness never depends on the janitor: waiting holders take abandoned leases over on
 // their own, and SQS redelivers unfinished orders. The janitor makes dead holders
@@ -105,6 +111,13 @@ type Orders interface {
 	Order(ctx context.Context, orderID string) (shop.Order, shop.Status, bool, error)
 }
 
+// StockSweeper finds and clears abandoned stock locks; *shop.Service on the inventory
+// table satisfies it (see WithStockSweep).
+type StockSweeper interface {
+	AbandonedStock(ctx context.Context, minAge time.Duration) ([]shop.AbandonedStock, error)
+	ClearAbandonedStock(ctx context.Context, a shop.AbandonedStock, minAge time.Duration) (bool, error)
+}
+
 // Metrics is a per-invocation metrics logger; *emf.Logger satisfies it.
 type Metrics interface {
 	PutMetric(name string, value float64, unit emf.Unit)
@@ -121,6 +134,8 @@ type Handler struct {
 	metrics   func(ctx context.Context) Metrics
 	now       func() time.Time
 	minAge    time.Duration
+	found     func(l AbandonedLease, via string)
+	stock     StockSweeper
 }
 
 // Option configures a Handler.
@@ -143,6 +158,19 @@ func WithClock(now func() time.Time) Option { return func(h *Handler) { h.now = 
 func WithMinAge(d time.Duration) Option {
 	return func(h *Handler) { h.minAge = max(0, d) }
 }
+
+// WithFoundHook makes the janitor call f with every abandoned lease it counts (after its
+// orders were resumed), and how it was found: "ttl" (the lock table's stream), "sweep"
+// (the lock-table sweep) or "stock-sweep" (an abandoned stock lock). The demo checks with
+// it that every lease a crash abandoned was found.
+func WithFoundHook(f func(l AbandonedLease, via string)) Option {
+	return func(h *Handler) { h.found = f }
+}
+
+// WithStockSweep makes the scheduled sweep also look for abandoned stock locks with ss
+// (a shop.Service on the inventory table): the order processor's and the inventory
+// updater's locks on the stock items, which TTL never removes.
+func WithStockSweep(ss StockSweeper) Option { return func(h *Handler) { h.stock = ss } }
 
 // New returns a janitor of lockTable. orders reads the orders (a shop.Service on the
 // lock and orders tables) and redriver sends unfinished orders back to their queue.
@@ -207,7 +235,8 @@ func (h *Handler) Handle(ctx context.Context, raw json.RawMessage) (events.Dynam
 	}
 	if shape.Kind == eventshape.Scheduled {
 		res, err := h.sweep(ctx, m)
-		attrs := []any{"scanned", res.Scanned, "deleted", res.Deleted, "skipped", res.Skipped, "abandoned", res.Abandoned, "redriven", res.Redriven}
+		attrs := []any{"scanned", res.Scanned, "deleted", res.Deleted, "skipped", res.Skipped, "abandoned", res.Abandoned,
+			"redriven", res.Redriven, "stockLocks", res.StockLocks}
 		if err != nil {
 			h.log.ErrorContext(ctx, "sweep failed; EventBridge retries it", append(attrs, "error", err.Error())...)
 			return resp, &SweepError{err}
@@ -284,8 +313,16 @@ func (h *Handler) abandoned(ctx context.Context, l AbandonedLease, via string, l
 	if redriven, err = h.resumeAll(ctx, l, log, m); err != nil {
 		return redriven, err
 	}
-	put(m, MetricAbandonedLeases, 1)
+	h.count(l, via, m)
 	return redriven, nil
+}
+
+// count counts an abandoned lease whose work was resumed.
+func (h *Handler) count(l AbandonedLease, via string, m Metrics) {
+	put(m, MetricAbandonedLeases, 1)
+	if h.found != nil {
+		h.found(l, via)
+	}
 }
 
 // report logs an abandoned lease and returns log with the lease's attributes.
@@ -327,16 +364,28 @@ func (h *Handler) resumeAll(ctx context.Context, l AbandonedLease, log *slog.Log
 
 // resume re-drives one order of an abandoned lease unless it is decided or unknown.
 func (h *Handler) resume(ctx context.Context, id string, log *slog.Logger, m Metrics) (bool, error) {
+	return h.resumeOrder(ctx, shop.Order{OrderID: id}, log, m)
+}
+
+// resumeOrder re-drives an order of an abandoned lease unless it is decided. rec is the
+// order as the lease recorded it (only its id, for a lock-table lease): the version the
+// order item stores wins when there is one (the first version seen), and an order that
+// neither stores nor records lines is unknown.
+func (h *Handler) resumeOrder(ctx context.Context, rec shop.Order, log *slog.Logger, m Metrics) (bool, error) {
+	id := rec.OrderID
 	o, st, exists, err := h.orders.Order(ctx, id)
 	switch {
 	case err != nil:
 		return false, fmt.Errorf("janitor: read order %s: %w", id, err)
-	case !exists:
-		log.WarnContext(ctx, "order of the abandoned lease does not exist; nothing to resume")
-		return false, nil
-	case st.Final():
+	case exists && st.Final():
 		log.InfoContext(ctx, "order already decided; nothing to resume", "status", string(st))
 		return false, nil
+	case !exists || len(o.Lines) == 0:
+		if len(rec.Lines) == 0 {
+			log.WarnContext(ctx, "order of the abandoned lease does not exist; nothing to resume")
+			return false, nil
+		}
+		o, st = rec, shop.StatusPending
 	}
 	o.OrderID = id
 	if err := o.Validate(); err != nil {
@@ -362,14 +411,73 @@ type SweepResult struct {
 	Scanned   int // rows read (after the filter)
 	Deleted   int // rows deleted
 	Skipped   int // rows renewed, re-acquired or released since the scan: kept
-	Abandoned int // deleted rows whose lease was still held
+	Abandoned int // deleted rows whose lease was still held, and abandoned stock locks cleared
 	Redriven  int // orders re-driven
+	// StockLocks are the stock items found locked by a lease that ended more than the
+	// minimum age ago; Abandoned counts those cleared.
+	StockLocks int
 }
 
 // Sweep runs the sweep outside a Lambda invocation (tools, demos, tests).
 func (h *Handler) Sweep(ctx context.Context) (SweepResult, error) { return h.sweep(ctx, nil) }
 
 func (h *Handler) sweep(ctx context.Context, m Metrics) (SweepResult, error) {
+	res, err := h.sweepLocks(ctx, m)
+	if err != nil {
+		return res, err
+	}
+	if h.stock != nil {
+		err = h.sweepStock(ctx, h.stock, &res, m)
+	}
+	return res, err
+}
+
+// sweepStock resumes the orders of every abandoned stock lock and clears the lock.
+func (h *Handler) sweepStock(ctx context.Context, ss StockSweeper, res *SweepResult, m Metrics) error {
+	found, err := ss.AbandonedStock(ctx, h.minAge)
+	if err != nil {
+		return fmt.Errorf("janitor: sweep stock: %w", err)
+	}
+	for _, a := range found {
+		res.StockLocks++
+		l := AbandonedLease{Key: shop.StockPKPrefix + a.SKU, Namespace: shop.StockSK, Owner: a.Owner, LeaseID: a.LeaseID, Until: a.Until}
+		for _, o := range a.Orders {
+			l.OrderIDs = append(l.OrderIDs, o.OrderID)
+		}
+		if len(l.OrderIDs) > 0 {
+			l.OrderID = l.OrderIDs[0]
+		}
+		log := leaseLog(h.log, l, "stock-sweep")
+		redriven := false
+		for _, o := range a.Orders {
+			r, err := h.resumeOrder(ctx, o, log.With("orderId", o.OrderID), m)
+			if err != nil {
+				log.ErrorContext(ctx, "sweep kept an abandoned stock lock whose orders could not be resumed; the next sweep tries again",
+					"error", err.Error())
+				return nil
+			}
+			if r {
+				res.Redriven++
+				redriven = true
+			}
+		}
+		cleared, err := ss.ClearAbandonedStock(ctx, a, h.minAge)
+		if err != nil {
+			log.ErrorContext(ctx, "sweep could not clear an abandoned stock lock; the next sweep finds it again", "error", err.Error())
+			continue
+		}
+		if !cleared {
+			log.InfoContext(ctx, "abandoned stock lock was taken by a live holder meanwhile", "redriven", redriven)
+		}
+		res.Abandoned++
+		h.report(ctx, l, "stock-sweep", h.log)
+		h.count(l, "stock-sweep", m)
+	}
+	return nil
+}
+
+// sweepLocks sweeps the lock table (see the package doc).
+func (h *Handler) sweepLocks(ctx context.Context, m Metrics) (SweepResult, error) {
 	var res SweepResult
 	cutoff := h.now().Add(-h.minAge).Unix()
 	e, err := expression.NewBuilder().WithFilter(expression.And(
@@ -469,7 +577,7 @@ func (h *Handler) sweepRow(ctx context.Context, it map[string]types.AttributeVal
 	}
 	res.Abandoned++
 	h.report(ctx, l, "sweep", h.log)
-	put(m, MetricAbandonedLeases, 1)
+	h.count(l, "sweep", m)
 	if redriven {
 		res.Redriven++
 	}

@@ -99,17 +99,29 @@ func newFixture(t *testing.T, opts ...handler.Option) *fixture {
 
 var errCrash = errors.New("injected crash")
 
-// crashOrder runs an order through a service that dies at point, leaving its leases
-// held, and returns the order.
+// crashOrder runs an order through a service in the legacy mode (the lock table's SKU
+// locks, whose rows TTL removes) that dies at point, leaving its leases held.
 func (f *fixture) crashOrder(t *testing.T, point string, o shop.Order) {
 	t.Helper()
-	dead, err := shop.NewService(f.db, f.tables, shop.WithOwner("doomed-"+o.OrderID), shop.WithLease(time.Second),
+	f.crash(t, point, o, shop.WithLegacyWait())
+}
+
+// crashOrderOnStock runs an order through a service that dies at point, leaving its
+// stock items (and order item) locked.
+func (f *fixture) crashOrderOnStock(t *testing.T, point string, o shop.Order) {
+	t.Helper()
+	f.crash(t, point, o)
+}
+
+func (f *fixture) crash(t *testing.T, point string, o shop.Order, opts ...shop.Option) {
+	t.Helper()
+	dead, err := shop.NewService(f.db, f.tables, append([]shop.Option{shop.WithOwner("doomed-" + o.OrderID), shop.WithLease(time.Second),
 		shop.WithCrashHook(func(p string) error {
 			if p == point {
 				return errCrash
 			}
 			return nil
-		}))
+		})}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -127,6 +139,107 @@ func (f *fixture) crashOrder(t *testing.T, point string, o shop.Order) {
 	if _, err := dead.ProcessOrder(context.Background(), o); !errors.Is(err, errCrash) {
 		t.Fatalf("ProcessOrder = %v, want the injected crash", err)
 	}
+}
+
+// stockHolder returns the lease id holding a SKU's stock item ("" for none) and the
+// order ids recorded on it.
+func (f *fixture) stockHolder(t *testing.T, sku string) (string, []string) {
+	t.Helper()
+	out, err := f.db.GetItem(context.Background(), &dynamodb.GetItemInput{
+		TableName: aws.String(f.tables.Inventory), ConsistentRead: aws.Bool(true),
+		Key: map[string]types.AttributeValue{
+			"pk": &types.AttributeValueMemberS{Value: shop.StockPKPrefix + sku}, "sk": &types.AttributeValueMemberS{Value: shop.StockSK}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for k, v := range out.Item {
+		if s, ok := v.(*types.AttributeValueMemberS); ok && strings.HasPrefix(k, shop.PendingAttrPrefix) {
+			ids = append(ids, s.Value[strings.LastIndexByte(s.Value, '\n')+1:])
+		}
+	}
+	by, _ := out.Item[lockcore.DefaultItemAttributes.LockedBy].(*types.AttributeValueMemberS)
+	if by == nil {
+		return "", ids
+	}
+	return by.Value, ids
+}
+
+// A crashed holder leaves its stock items locked — they carry no TTL — with its orders
+// recorded on the first of them. The scheduled sweep finds the lock once its lease ended
+// more than the minimum age ago, re-drives the recorded order (not decided), takes the
+// lock over and releases it (without the record), so that the next sweep finds nothing;
+// the re-driven message then decides the order.
+func TestSweepFindsAnAbandonedStockLock(t *testing.T) {
+	var found []handler.AbandonedLease
+	var mu sync.Mutex
+	f := newFixture(t)
+	f.h = handler.New(f.hdb, f.tables.Locks, f.hsvc, f.redrive,
+		handler.WithLogger(slog.New(slog.DiscardHandler)),
+		handler.WithMetrics(func(context.Context) handler.Metrics { return emf.New(f.metrics, "test") }),
+		handler.WithMinAge(0), handler.WithStockSweep(f.hsvc),
+		handler.WithFoundHook(func(l handler.AbandonedLease, via string) {
+			mu.Lock()
+			defer mu.Unlock()
+			if via == "stock-sweep" {
+				found = append(found, l)
+			}
+		}))
+	f.crashOrderOnStock(t, shop.CrashStockLocked, crashed)
+	lease, ids := f.stockHolder(t, "MUG-RED-350")
+	if lease == "" || !slices.Equal(ids, []string{crashed.OrderID}) {
+		t.Fatalf("MUG stock item after the crash: held by %q, records %v; want held, naming %s", lease, ids, crashed.OrderID)
+	}
+	ctx := context.Background()
+	res, err := f.h.Sweep(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.StockLocks != 0 {
+		// The lease (1 s) has not ended yet: a live holder's lock is never swept.
+		t.Fatalf("sweep within the lease = %+v, want no stock lock", res)
+	}
+	time.Sleep(1200 * time.Millisecond) // past the dead holder's lease
+	// The scheduled event: both of the order's stock items are locked by the dead
+	// holder; the order is recorded on the first (MUG-RED-350) and re-driven once.
+	raw, err := os.ReadFile(filepath.Join("..", "..", "..", "events", "scheduled-sweep.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	if _, err := f.h.Handle(ctx, raw); err != nil {
+		t.Fatalf("scheduled sweep: %v", err)
+	}
+	t.Logf("sweep took %s", time.Since(start))
+	if ids := f.redrive.ids(); !slices.Equal(ids, []string{crashed.OrderID}) || !slices.Equal(f.redrive.orders[0].Lines, crashed.Lines) {
+		t.Fatalf("re-driven %+v, want %+v", f.redrive.orders, crashed)
+	}
+	mu.Lock()
+	if len(found) != 2 || !slices.ContainsFunc(found, func(l handler.AbandonedLease) bool { return l.LeaseID == lease }) ||
+		found[0].Owner != "doomed-"+crashed.OrderID || found[1].Owner != "doomed-"+crashed.OrderID {
+		t.Errorf("found %+v, want the dead holder's two leases", found)
+	}
+	mu.Unlock()
+	if !strings.Contains(f.metrics.String(), `"AbandonedLeases":[1,1]`) || !strings.Contains(f.metrics.String(), `"OrdersRedriven":1`) {
+		t.Errorf("metrics:\n%s", f.metrics)
+	}
+	for _, sku := range []string{"MUG-RED-350", "TEE-BLK-M"} {
+		if by, ids := f.stockHolder(t, sku); by != "" || len(ids) != 0 {
+			t.Errorf("%s after the sweep: held by %q, records %v; want released, without records", sku, by, ids)
+		}
+	}
+	// The next sweep finds nothing; the re-driven message decides the order (its order
+	// item's dead lock is taken over by wall clock in this fixture).
+	if res, err = f.h.Sweep(ctx); err != nil || res.StockLocks != 0 || res.Redriven != 0 {
+		t.Errorf("second sweep = %+v, %v; want nothing", res, err)
+	}
+	start = time.Now()
+	out, err := f.svc.ProcessOrder(ctx, f.redrive.orders[0])
+	if err != nil || out.Status != shop.StatusReserved {
+		t.Fatalf("re-driven order = %+v, %v; want RESERVED", out, err)
+	}
+	t.Logf("decided in %s", time.Since(start))
 }
 
 // lockRow reads a lock row as the stream's old image would show it.

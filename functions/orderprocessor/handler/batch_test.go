@@ -78,15 +78,15 @@ func ordersQueueURL(t *testing.T) string {
 	return url
 }
 
-// lockAttempts counts the lock acquisition attempts (conditional UpdateItem returning
-// ALL_NEW) on the lock table, by lock key, and the stock reads, by SKU.
+// lockAttempts counts the locking reads of stock items (conditional UpdateItem returning
+// ALL_NEW on the inventory table), by SKU, and the other reads of stock items, by SKU.
 type lockAttempts struct {
 	mu       sync.Mutex
 	acquires map[string]int
 	reads    map[string]int
 }
 
-func (a *lockAttempts) option(locks, inventory string) func(*dynamodb.Options) {
+func (a *lockAttempts) option(inventory string) func(*dynamodb.Options) {
 	return func(o *dynamodb.Options) {
 		o.APIOptions = append(o.APIOptions, func(s *middleware.Stack) error {
 			return s.Initialize.Add(middleware.InitializeMiddlewareFunc("lockAttempts",
@@ -94,9 +94,9 @@ func (a *lockAttempts) option(locks, inventory string) func(*dynamodb.Options) {
 					a.mu.Lock()
 					switch x := in.Parameters.(type) {
 					case *dynamodb.UpdateItemInput:
-						if aws.ToString(x.TableName) == locks && x.ReturnValues == types.ReturnValueAllNew && x.ConditionExpression != nil {
+						if aws.ToString(x.TableName) == inventory && x.ReturnValues == types.ReturnValueAllNew && x.ConditionExpression != nil {
 							if pk, ok := x.Key["pk"].(*types.AttributeValueMemberS); ok {
-								a.acquires[pk.Value]++
+								a.acquires[strings.TrimPrefix(pk.Value, shop.StockPKPrefix)]++
 							}
 						}
 					case *dynamodb.GetItemInput:
@@ -127,13 +127,14 @@ func orderMessage(i int, body string) events.SQSMessage {
 }
 
 // A batch's orders that share SKUs are decided under one acquisition of each SKU: five
-// orders of a hot SKU lock it once and read its stock once, and each is decided (the
-// last one rejected: the stock runs out in the middle of the batch).
+// orders of a hot SKU lock its stock item once — the locking read, which is also the
+// only read of its stock — and each is decided (the last one rejected: the stock runs
+// out in the middle of the batch).
 func TestBatchAcquiresEachSKUOnce(t *testing.T) {
 	f := newFixture(t)
 	f.seed(t, map[string]int{"HOT-1": 7, "MUG-RED-350": 10, "CAP-NVY-OS": 10})
 	att := &lockAttempts{acquires: map[string]int{}, reads: map[string]int{}}
-	svc, err := shop.NewService(calls.Client(testenv.Client(t), att.option(f.tables.Locks, f.tables.Inventory)), f.tables,
+	svc, err := shop.NewService(calls.Client(testenv.Client(t), att.option(f.tables.Inventory)), f.tables,
 		shop.WithOwner("orderprocessor-batch"), shop.WithLease(2*time.Second))
 	if err != nil {
 		t.Fatal(err)
@@ -155,11 +156,11 @@ func TestBatchAcquiresEachSKUOnce(t *testing.T) {
 		t.Fatalf("failures: %v\n%s", failed, f.logs)
 	}
 	for _, sku := range []string{"HOT-1", "MUG-RED-350", "CAP-NVY-OS"} {
-		if n := att.acquires[shop.SKULockKey(sku)]; n != 1 {
+		if n := att.acquires[sku]; n != 1 {
 			t.Errorf("%s acquired %d times, want once for the batch", sku, n)
 		}
-		if n := att.reads[sku]; n != 1 {
-			t.Errorf("stock of %s read %d times, want once for the batch", sku, n)
+		if n := att.reads[sku]; n != 0 {
+			t.Errorf("stock of %s read %d times besides its locking read, want none", sku, n)
 		}
 	}
 	for id, want := range map[string]shop.Status{"b-1": shop.StatusReserved, "b-2": shop.StatusReserved, "b-3": shop.StatusReserved,
@@ -271,6 +272,28 @@ func TestHandedOverOrderLockIsDecided(t *testing.T) {
 	}
 }
 
+// holdStock locks a SKU's stock item as another invocation would (lockcore's locking
+// read on the inventory table; lease 0: lockcore's default).
+func holdStock(t *testing.T, f *fixture, owner, sku string, lease time.Duration) *lockcore.ItemLease {
+	t.Helper()
+	opts := []lockcore.Option{lockcore.WithOwner(owner)}
+	if lease > 0 {
+		opts = append(opts, lockcore.WithLease(lease))
+	}
+	il, err := lockcore.NewItemLocker(testenv.Client(t), f.tables.Inventory, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := il.Acquire(context.Background(), map[string]types.AttributeValue{
+		"pk": &types.AttributeValueMemberS{Value: shop.StockPKPrefix + sku},
+		"sk": &types.AttributeValueMemberS{Value: shop.StockSK},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
 // deadlineFixture is a handler whose service waits as deployed: until the safety margin
 // before the invocation's deadline.
 func deadlineFixture(t *testing.T, f *fixture, vis *visibility) {
@@ -291,14 +314,7 @@ func TestContentionIsWaitedOutWithinTheDeadline(t *testing.T) {
 	vis := &visibility{}
 	deadlineFixture(t, f, vis)
 	f.seed(t, map[string]int{"MUG-RED-350": 5, "TEE-BLK-M": 5})
-	other, err := lockcore.NewMutex(testenv.Client(t), f.tables.Locks, lockcore.WithOwner("another-invocation"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	held, err := other.Acquire(context.Background(), shop.SKULockKey("TEE-BLK-M"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	held := holdStock(t, f, "another-invocation", "TEE-BLK-M", 0)
 	time.AfterFunc(time.Second, func() { _ = held.Release(context.Background()) })
 	start := time.Now()
 	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Second)
@@ -325,14 +341,7 @@ func TestContentionReturnShortensVisibility(t *testing.T) {
 	vis := &visibility{}
 	deadlineFixture(t, f, vis)
 	f.seed(t, map[string]int{"MUG-RED-350": 5, "TEE-BLK-M": 5})
-	other, err := lockcore.NewMutex(testenv.Client(t), f.tables.Locks, lockcore.WithOwner("another-invocation"), lockcore.WithLease(10*time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
-	held, err := other.Acquire(context.Background(), shop.SKULockKey("TEE-BLK-M"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	held := holdStock(t, f, "another-invocation", "TEE-BLK-M", 10*time.Second)
 	defer func() { _ = held.Release(context.Background()) }()
 	ev := loadEvent(t, "sqs-order.json")
 	ev.Records[0].Attributes["ApproximateReceiveCount"] = "2"

@@ -23,7 +23,6 @@ import (
 	"github.com/turnstile-locks/turnstile/internal/policycheck"
 	"github.com/turnstile-locks/turnstile/internal/shop"
 	"github.com/turnstile-locks/turnstile/internal/testenv"
-	"github.com/turnstile-locks/turnstile/lockcore"
 )
 
 // calls records the DynamoDB calls of the handler under test; after the tests they are
@@ -234,14 +233,7 @@ func lineWith(logs, s string) string {
 func TestContentionReturnsOnlyContendedMessages(t *testing.T) {
 	f := newFixture(t)
 	f.seed(t, map[string]int{"MUG-RED-350": 10, "TEE-BLK-M": 10, "BOOK-DDIA": 10, "CAP-NVY-OS": 10})
-	other, err := lockcore.NewMutex(testenv.Client(t), f.tables.Locks, lockcore.WithOwner("another-invocation"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	held, err := other.Acquire(context.Background(), shop.SKULockKey("TEE-BLK-M"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	held := holdStock(t, f, "another-invocation", "TEE-BLK-M", 0)
 	ev := loadEvent(t, "sqs-order-batch.json")
 	failed := f.invoke(t, ev)
 	if !slices.Equal(failed, []string{messageID(ev, 1)}) {
