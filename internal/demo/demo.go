@@ -273,8 +273,9 @@ func (d *demo) announce() {
 		d.cfg.Concurrency, d.cfg.Crashes)
 	p.say("settings: maxReceiveCount %d (as deployed); time is compressed: invocation timeout %s (template: 30s),",
 		d.set.maxReceive, d.set.invokeTimeout)
-	p.say("          SQS visibility timeout %s (template: 180s), leases %s, TTL %s after the lease end;",
+	p.say("          SQS visibility timeout %s (template: 180s), leases %s, abandoned %s after the lease end",
 		d.set.visibility, d.set.lease, d.set.ttlGrace)
+	p.say("          (the janitor's sweep every %s; the legacy run's lock rows: TTL);", sweepEvery)
 	p.say("          returned messages come back after %s..%s (ChangeMessageVisibility)", d.set.retryBase, d.set.retryCap)
 }
 

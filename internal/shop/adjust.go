@@ -205,7 +205,7 @@ func (s *Service) recordRejection(ctx context.Context, a Adjustment, what string
 // foundMarker reads the marker of an adjustment that a write found already there
 // (strongly consistent).
 func (s *Service) foundMarker(ctx context.Context, a Adjustment) (map[string]types.AttributeValue, error) {
-	items, err := s.batchGet(ctx, s.t.Inventory, []map[string]types.AttributeValue{markerKey(a.SKU, a.AdjustmentID)})
+	items, err := s.batchGet(ctx, s.t.Inventory, []map[string]types.AttributeValue{markerKey(a.SKU, a.AdjustmentID)}, true)
 	switch {
 	case err != nil:
 		return nil, fmt.Errorf("read the marker a write found: %w", err)
@@ -278,7 +278,7 @@ func (s *Service) readAdjustment(ctx context.Context, a Adjustment) (marker map[
 		st, err := s.readStock(ctx, a.SKU)
 		return nil, st, err
 	}
-	items, err := s.batchGet(ctx, s.t.Inventory, []map[string]types.AttributeValue{markerKey(a.SKU, a.AdjustmentID), stockKey(a.SKU)})
+	items, err := s.batchGet(ctx, s.t.Inventory, []map[string]types.AttributeValue{markerKey(a.SKU, a.AdjustmentID), stockKey(a.SKU)}, true)
 	if err != nil {
 		return nil, stockRecord{}, fmt.Errorf("read marker and stock: %w", err)
 	}
@@ -337,7 +337,7 @@ func (s *Service) applyAdjustment(ctx context.Context, a Adjustment) (bool, erro
 		mk[attrRequestedDelta] = num(int64(a.Delta)) // not "delta": nothing was applied
 		mk[attrAvailable] = num(h.avail)
 		mk["rejectedAt"] = num(now.UnixMilli())
-		stockItem, _ = s.stockUpdate(h, 0, true)
+		stockItem, _ = s.stockUpdate(h, 0, nil, nil, true)
 	} else {
 		mk["delta"] = num(int64(a.Delta))
 		mk["appliedAt"] = num(now.UnixMilli())

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"math/rand/v2"
 	"slices"
 	"strings"
 	"sync"
@@ -26,56 +27,76 @@ type BatchResult struct {
 	Err     error
 }
 
-// BatchDataSeparator separates the order ids in the data of a SKU lease taken by
-// ProcessOrders (ids cannot contain control characters).
+// BatchDataSeparator separates the order ids in the data of a lock-table SKU lease
+// (ids cannot contain control characters); the janitor splits a lease's data with it.
 const BatchDataSeparator = "\n"
 
-// orderPollInterval is the least time between the reads of a batch waiting for an order
-// lock. The holder is another copy of the same order (a producer's retry, a duplicate
-// delivery) deciding it, or a dead holder to be taken over after a lease: either way the
-// waiter will find the order decided or take it over, and noticing that half a second
-// late costs less than reading every few milliseconds while the holder waits for its
-// SKUs for seconds (about 1.4 reads per order in the demo before).
-const orderPollInterval = 500 * time.Millisecond
+// Waiting for a stock item's holder (see decideGroup).
+const (
+	// pollFirst is the first read of a waiter after it recorded its orders: about one
+	// critical section (a locking read and a transaction) of the holder it waits for.
+	pollFirst = 60 * time.Millisecond
+	// pollMax bounds the growing time between a waiter's later reads. A waiter's reads
+	// are its main cost (an eventually consistent read of the stock item each); the
+	// decisions it waits for are written by the holder, so reading late delays only
+	// when the waiter learns of them and returns.
+	pollMax = 300 * time.Millisecond
+	// maxExtend bounds the stock items a holder tries to take for the waiting orders it
+	// cannot decide with the items it holds (see lead).
+	maxExtend = 8
+)
 
 // batchJob is one distinct order of a batch.
 type batchJob struct {
 	idx   []int // its positions in the batch (a message delivered twice in one batch)
 	order Order
-	ol    *lockcore.ItemLease
-	stop  context.CancelFunc // stops the order lease's heartbeat
 	done  bool
+	dup   bool // found decided before (a late copy): its outcome is a duplicate's
 }
 
-// ProcessOrders decides the orders of one SQS batch with as few lock round trips as the
-// batch allows, with the guarantees of ProcessOrder for each order:
+// ProcessOrders decides the orders of one SQS batch — and any other orders waiting for
+// the stock it locks — with the guarantees of ProcessOrder for each order:
 //
-//  1. It locks the order items of the distinct orders (the locking read, in order id
-//     order, so two batches never deadlock) and, as ProcessOrder does, reports orders
-//     already decided as duplicates and stores new ones as PENDING (in the write that
-//     locks them). A second copy of an order in the same batch gets the first copy's
-//     outcome, as a duplicate (logged at WARN when its content differs: the first wins).
-//  2. It groups the live orders into components that share SKUs. For each component it
-//     takes the union of their SKU locks with one Mutex.AcquireAll (canonical order), so
-//     a hot SKU wanted by five orders of the batch is acquired, read and released once,
-//     not five times. Each SKU lease carries the component's order ids (joined by
-//     BatchDataSeparator), so a lease found abandoned names its orders.
-//  3. It reads each SKU's stock once (one BatchGetItem for the group), then decides the
-//     orders in batch order against the running stock and writes all of the
-//     component's decisions in one transaction
-//     (more only past DynamoDB's 100 items): each order's item (its decision, which
-//     unlocks it) and one update per SKU moving the reserved units, conditioned on
-//     available >= units and fenced by the SKU lease's token (see writeDecisions for
-//     why no GuardCheck items). Every order's decision is all or nothing; an order
-//     whose own lock was lost meanwhile fails alone and the others are decided again
-//     without it, so one order's failure does not undo another's decision.
-//  4. It releases the component's SKU locks. Components share no SKU and are decided
-//     concurrently.
+//  1. It groups the distinct orders into components that share SKUs (a second copy of an
+//     order in the same batch gets the first copy's outcome, as a duplicate, logged at
+//     WARN when its content differs); the groups are decided concurrently (decideGroup).
+//  2. A group's home is its first SKU (in the canonical order). If the home stock item is
+//     free, the group takes its lock with the locking read, recording its orders on the
+//     item in the same write, and leads (lead). If another invocation holds it, the group
+//     records its orders on the item (one UpdateItem) for that holder to decide, and
+//     watches the item (eventually consistent reads): a decision marker where a record
+//     was gives the order's outcome, a record gone without one sends it to its order
+//     item; when the item is free and its records are still there, it takes the lock and
+//     leads. A group that waited long, led in vain twice, or saw the holder stalled for
+//     its lease queues for the lock instead (lockcore's fair queue, which also takes a
+//     dead holder's lease over) and leads patiently.
+//  3. A leader takes its group's other stock items — an impatient one without waiting
+//     (all at once), a patient one in canonical order waiting for each (so two leaders
+//     never wait for each other) — and, without waiting, the stock items the orders
+//     recorded by other invocations need besides. Meanwhile it reads the order items of
+//     the orders it may decide (an eventually consistent BatchGetItem): an order decided
+//     already (a late copy, a record left on an item its decider did not hold) is not
+//     decided again. It decides every order recorded on the items it holds whose lines
+//     it holds, and its own, oldest record first, against the stock its locking reads
+//     returned, in one transaction (more only past DynamoDB's 100 items): each order's
+//     item (its decision, conditioned on the order not being decided yet), and per stock
+//     item the units moved from available to reserved (conditioned on enough being
+//     available), the decided orders' records replaced by decision markers, the markers
+//     of the holder before removed, and the lock released (its holder attributes
+//     removed), conditioned on the lease (HeldCondition). Every order's decision is all
+//     or nothing; an order decided meanwhile elsewhere (its condition failed) is left
+//     out and the others decided again without it. An impatient leader's own orders it
+//     could not decide (a stock item of theirs was held) go back to waiting.
+//
+// So the orders waiting for a hot SKU are decided together by whoever holds it, however
+// many invocations they came from: one locking read and one transaction for as many
+// orders as a transaction carries.
 //
 // Locks are waited for until SafetyMargin before the context's deadline (see
-// WithWaitBudget); orders that could not get their locks in time fail with ErrBusy and
-// those whose lease was lost with lockcore.ErrLeaseLost; in both cases nothing of theirs
-// was written and they can be retried. Invalid orders fail with a *FieldError.
+// WithWaitBudget); orders that were not decided in time fail with ErrBusy (their records
+// stay: a later holder may decide them, and the retry then finds them decided) and those
+// whose holder lost its lease with lockcore.ErrLeaseLost; nothing of theirs was written
+// and they can be retried. Invalid orders fail with a *FieldError.
 func (s *Service) ProcessOrders(ctx context.Context, orders []Order) []BatchResult {
 	res := make([]BatchResult, len(orders))
 	if s.legacy {
@@ -97,8 +118,8 @@ func (s *Service) ProcessOrders(ctx context.Context, orders []Order) []BatchResu
 		}
 		if j, ok := byID[o.OrderID]; ok {
 			if o.CustomerID != j.order.CustomerID || !slices.Equal(o.Lines, j.order.Lines) {
-				// The first version wins, as for a redelivery in a later batch
-				// (prepareOrder); the other is acknowledged as its duplicate, so say so.
+				// The first version wins, as for a redelivery in a later batch; the other
+				// is acknowledged as its duplicate, so say so.
 				s.log.WarnContext(ctx, "order delivered twice in one batch with different content; keeping the first version",
 					"orderId", o.OrderID, "index", i, "firstIndex", j.idx[0])
 			}
@@ -116,6 +137,9 @@ func (s *Service) ProcessOrders(ctx context.Context, orders []Order) []BatchResu
 	finish := func(j *batchJob, out Outcome, err error) {
 		finishMu.Lock()
 		defer finishMu.Unlock()
+		if j.done {
+			return
+		}
 		j.done = true
 		for k, i := range j.idx {
 			o := out
@@ -129,9 +153,7 @@ func (s *Service) ProcessOrders(ctx context.Context, orders []Order) []BatchResu
 	}
 	failAll := func(err error) []BatchResult {
 		for _, j := range jobs {
-			if !j.done {
-				finish(j, Outcome{}, err)
-			}
+			finish(j, Outcome{}, err)
 		}
 		return res
 	}
@@ -143,90 +165,17 @@ func (s *Service) ProcessOrders(ctx context.Context, orders []Order) []BatchResu
 		return failAll(err)
 	}
 	waitUntil := s.now().Add(wait)
-	// The order locks are held while the batch waits for its SKUs: their lease is three
-	// quarters of the wait (at least the SKU lease), so that a batch that waits for
-	// seconds renews them once at most (each renewal is a write per order: at 100
-	// concurrent invocations, with half the wait, a third of all order-item writes), and
-	// a waiter for a dead holder's order lock (a retry of its message, which takes its
-	// order locks first thing) can still watch it for a whole lease within one
-	// invocation.
-	orderLease := max(lease, (wait * 3 / 4).Truncate(time.Millisecond))
-	left := func() lockcore.WaitPolicy { return waitPolicy(waitUntil.Sub(s.now())) }
 
-	// 1. The orders, in id order, each waited for in one go. An order held by another
-	// invocation holds up the rest of the batch meanwhile (with a copy of it that takes
-	// the whole invocation, the others' SKU waits have no budget left). Setting held
-	// orders aside and waiting for them after the others was tried and not kept: set
-	// aside at once (NoWait), batches went on together and contended for the SKUs all at
-	// once (SKU-lock reads per order 1.9-2.7 -> 4.4-4.5 at 40 invocations, back to back);
-	// set aside after a quarter of the budget, a retry waiting for a dead holder's order
-	// lock could no longer watch it for a whole order lease in one wait to take it over
-	// (waits do not share observations) — the demo's crash orders were never decided.
-	locking := slices.Clone(jobs)
-	slices.SortFunc(locking, func(a, b *batchJob) int { return strings.Compare(a.order.OrderID, b.order.OrderID) })
-	defer func() {
-		for _, j := range jobs {
-			if j.stop != nil {
-				j.stop()
-			}
-		}
-	}()
-	// Takeover observations of the later orders overlap the wait for an earlier one: a
-	// batch that died holding all its order locks comes back as one batch, and waiting for
-	// its abandoned locks one after the other took over one per invocation (observation
-	// takes a full order lease, three quarters of the wait), so its later orders reached
-	// the dead-letter queue. Once an order lock has kept the batch waiting for a while
-	// (watchAfter), every later order that a read shows locked by a holder past its lease
-	// end (orderAbandoned) is watched concurrently by a take that lets the lock go at
-	// once: it holds nothing while it waits, so no two batches can wait for each other,
-	// and the lock it took over is free when the batch's own take in id order reaches it.
-	pre := s.preObserver(ctx, orderLease, left)
-	for i, j := range locking {
-		octx, stop := context.WithCancel(ctx)
-		j.stop = stop
-		watch := time.AfterFunc(watchAfter(orderLease), func() { pre.start(locking[i+1:]) })
-		ol, err := s.orders.Acquire(octx, orderKey(j.order.OrderID), left(), lockcore.LeaseDuration(orderLease),
-			s.pendingOrder(j.order), lockcore.MinPollInterval(orderPollInterval))
-		watch.Stop()
-		if err != nil {
-			if errors.Is(err, lockcore.ErrLockHeld) || ctx.Err() != nil {
-				err = busy("order "+j.order.OrderID, err)
-			} else {
-				err = fmt.Errorf("shop: lock order %s: %w", j.order.OrderID, err)
-			}
-			finish(j, Outcome{}, err)
-			continue
-		}
-		order, dup, err := s.prepareOrder(ctx, s.orders, ol, j.order)
-		if err != nil || dup != nil {
-			out := Outcome{}
-			if dup != nil {
-				out = *dup
-			}
-			finish(j, out, err)
-			continue
-		}
-		j.order, j.ol = order, ol
-	}
-	pre.stop()
-	var live []*batchJob
-	for _, j := range jobs {
-		if !j.done {
-			live = append(live, j)
-		}
-	}
-	if len(live) == 0 {
-		return res
-	}
+	live := jobs
 	if err := s.crashAt(CrashOrderLocked); err != nil {
-		return failAll(err) // a dead holder: no release, no write
+		return failAll(err) // a dead invocation: nothing recorded, nothing locked
 	}
 
-	// 2.-4. Each group of orders that share SKUs, under one acquisition of its SKUs. The
-	// groups share no SKU, so they are decided concurrently: a batch waits for its
-	// slowest group rather than for all of them in turn, and holds its order locks that
-	// much shorter. Still deadlock-free: every batch takes all its order locks before any
-	// SKU lock, and each group its SKUs in canonical order.
+	// 2.-3. Each group of orders that share SKUs. The groups share no SKU, so they are
+	// decided concurrently: a batch waits for its slowest group rather than for all of
+	// them in turn. Still deadlock-free: a leader takes its own stock items in canonical
+	// order and waits for none of the others it tries to take.
+	g := &groupRun{s: s, lease: lease, waitUntil: waitUntil, finish: finish}
 	var (
 		wg      sync.WaitGroup
 		crashMu sync.Mutex
@@ -236,7 +185,7 @@ func (s *Service) ProcessOrders(ctx context.Context, orders []Order) []BatchResu
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if err := s.decideGroup(ctx, group, lease, left, finish); err != nil {
+			if err := g.decideGroup(ctx, group); err != nil {
 				crashMu.Lock()
 				crash = err
 				crashMu.Unlock()
@@ -250,109 +199,15 @@ func (s *Service) ProcessOrders(ctx context.Context, orders []Order) []BatchResu
 	return res
 }
 
-// releaseJobs releases the order locks of jobs, concurrently: one after the other, each
-// bounded by the cleanup timeout, a slow table could keep the invocation past its
-// deadline.
-func (s *Service) releaseJobs(ctx context.Context, jobs []*batchJob) {
-	var wg sync.WaitGroup
-	for _, j := range jobs {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			s.release(ctx, "order "+j.order.OrderID, j.ol.Lease)
-		}()
-	}
-	wg.Wait()
+// groupRun is what the groups of one batch share.
+type groupRun struct {
+	s         *Service
+	lease     time.Duration
+	waitUntil time.Time
+	finish    func(*batchJob, Outcome, error)
 }
 
-// watchAfter is how long a batch waits for one order lock before it looks at the later
-// ones (see ProcessOrders): an eighth of the order lease, at least orderPollInterval.
-// Most such waits are for a live copy of the order, decided within a second or two, and
-// each look costs a read per later order; a takeover by observation needs a whole order
-// lease of watching, and the order lease plus an eighth still fits in the wait (the
-// order lease is three quarters of it).
-func watchAfter(orderLease time.Duration) time.Duration {
-	return max(orderPollInterval, orderLease/8)
-}
-
-// preObserver watches order locks for a batch waiting for an earlier one (see
-// ProcessOrders): each watcher takes its order's lock, waiting as the batch would, and
-// releases it at once.
-type preObserver struct {
-	s       *Service
-	ctx     context.Context
-	cancel  context.CancelFunc
-	lease   time.Duration
-	left    func() lockcore.WaitPolicy
-	mu      sync.Mutex
-	started bool
-	stopped bool
-	wg      sync.WaitGroup
-}
-
-func (s *Service) preObserver(ctx context.Context, lease time.Duration, left func() lockcore.WaitPolicy) *preObserver {
-	pctx, cancel := context.WithCancel(ctx)
-	return &preObserver{s: s, ctx: pctx, cancel: cancel, lease: lease, left: left}
-}
-
-// start watches the orders of jobs (once per batch).
-func (p *preObserver) start(jobs []*batchJob) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.started || p.stopped {
-		return
-	}
-	p.started = true
-	for _, j := range jobs {
-		p.wg.Add(1)
-		go func() {
-			defer p.wg.Done()
-			if !p.s.orderAbandoned(p.ctx, j.order.OrderID) {
-				return // free, or held by a live holder: the batch's own take waits for it
-			}
-			l, err := p.s.orders.Acquire(p.ctx, orderKey(j.order.OrderID), p.left(), lockcore.LeaseDuration(p.lease),
-				p.s.pendingOrder(j.order), lockcore.MinPollInterval(orderPollInterval))
-			if err == nil {
-				p.s.release(p.ctx, "order "+j.order.OrderID+" (watched)", l.Lease)
-			}
-		}()
-	}
-}
-
-// orderAbandoned says whether an eventually consistent read shows the order's item
-// locked under a lease whose recorded end (lockcore's lockUntil, the holder's wall
-// clock) has passed: a holder that stopped renewing. Only such an order is watched. A
-// live holder — a copy of the order being decided, which renews its lease — is left to
-// the batch's own wait: watching it cost a take, a release and a read every 500 ms for
-// nothing (demo at 100 invocations: about 0.5 calls per order). A retry of a crashed
-// batch comes back after the queue's visibility timeout, longer than the order lease,
-// so its dead holders' lease ends have passed. The clock only decides what to watch:
-// the takeover itself is the batch's by observation, as always.
-func (s *Service) orderAbandoned(ctx context.Context, id string) bool {
-	a := lockcore.DefaultItemAttributes
-	e, err := expression.NewBuilder().WithProjection(expression.NamesList(name(a.LockedBy), name(a.Until))).Build()
-	if err != nil {
-		return true // cannot happen (a static projection); watch
-	}
-	out, err := s.db.GetItem(ctx, &dynamodb.GetItemInput{
-		TableName: aws.String(s.t.Orders), Key: orderKey(id),
-		ProjectionExpression: e.Projection(), ExpressionAttributeNames: e.Names(),
-	})
-	if err != nil || getS(out.Item, a.LockedBy) == "" {
-		return false
-	}
-	until, ok := getN(out.Item, a.Until)
-	return !ok || until < s.now().UnixMilli()
-}
-
-// stop ends the watchers still waiting and waits for them.
-func (p *preObserver) stop() {
-	p.mu.Lock()
-	p.stopped = true
-	p.mu.Unlock()
-	p.cancel()
-	p.wg.Wait()
-}
+func (g *groupRun) left() lockcore.WaitPolicy { return waitPolicy(g.waitUntil.Sub(g.s.now())) }
 
 // skuGroups partitions jobs into the connected components of "shares a SKU", each in
 // batch order.
@@ -393,262 +248,778 @@ func skuGroups(jobs []*batchJob) [][]*batchJob {
 	return groups
 }
 
-// decideGroup takes the stock items of a group of orders once (the locking read: lock
-// and stock in one call per SKU), decides the orders one by one against the running
-// stock and writes the decisions in a transaction that also releases the stock items.
-// It returns an error only when the crash hook says to die; every order's own result
-// goes to finish.
-func (s *Service) decideGroup(ctx context.Context, group []*batchJob, lease time.Duration,
-	left func() lockcore.WaitPolicy, finish func(*batchJob, Outcome, error),
-) error {
-	releaseOrders := func(jobs []*batchJob, err error) {
-		var undone []*batchJob
-		for _, j := range jobs {
-			if !j.done {
-				undone = append(undone, j)
+// groupSKUs returns the SKUs of a group's orders in the canonical order (byte-wise).
+func groupSKUs(group []*batchJob) []string {
+	var skus []string
+	for _, j := range group {
+		for _, l := range j.order.Lines {
+			if !slices.Contains(skus, l.SKU) {
+				skus = append(skus, l.SKU)
 			}
 		}
-		s.releaseJobs(ctx, undone)
-		for _, j := range undone {
-			finish(j, Outcome{}, err)
+	}
+	slices.Sort(skus)
+	return skus
+}
+
+func jobOrders(group []*batchJob) []Order {
+	out := make([]Order, len(group))
+	for i, j := range group {
+		out[i] = j.order
+	}
+	return out
+}
+
+// decideGroup has a group's orders decided: by leading (lead) when its home stock item
+// is free, or by the holder of the item, which finds them recorded on it (see
+// ProcessOrders). It returns an error only when the crash hook says to die; every
+// order's own result goes to finish.
+func (g *groupRun) decideGroup(ctx context.Context, group []*batchJob) error {
+	s := g.s
+	home := groupSKUs(group)[0]
+	fail := func(jobs []*batchJob, err error) {
+		for _, j := range jobs {
+			g.finish(j, Outcome{}, err)
 		}
 	}
-	// The stock leases' heartbeats run until the releasing transaction is sent.
-	hbCtx, stopHB := context.WithCancel(ctx)
-	defer stopHB()
-	var holds map[string]*stockHold
+	lockErr := func(err error) error {
+		if errors.Is(err, lockcore.ErrLockHeld) || ctx.Err() != nil {
+			return busy("orders of "+home, err)
+		}
+		return fmt.Errorf("shop: orders of %s: lock stock: %w", home, err)
+	}
+	// tryLead takes the home stock item (waiting as wait says; a probe when nil),
+	// recording the orders of record in the same write, and leads. took says whether it
+	// got the lock; rest are the group's orders it could not decide (an impatient leader
+	// does not wait for its other stock items); crash is the crash hook's error.
+	tryLead := func(wait *lockcore.WaitPolicy, record []Order, waited, patient bool) (rest []*batchJob, took bool, err, crash error) {
+		hbCtx, stopHB := context.WithCancel(ctx) // the stock leases' heartbeats
+		defer stopHB()
+		var h *stockHold
+		if wait == nil {
+			h, err = s.probeStock(hbCtx, home, g.lease, record)
+		} else {
+			h, err = s.holdStock(hbCtx, home, *wait, g.lease, record)
+		}
+		if err != nil {
+			return group, false, err, nil
+		}
+		rest, crash = g.lead(ctx, hbCtx, stopHB, group, h, waited, patient)
+		return rest, true, nil, crash
+	}
+
+	// Free: lead at once, the group's orders recorded on the item by the locking read.
+	// An item this container found held a moment ago most likely still is: record the
+	// orders first then (a locking read refused costs as much as the write that records
+	// them), and take it only if that write shows it free.
+	leads := 0 // impatient leads that left orders undecided
+	if !s.busyLately(home) {
+		rest, took, err, crash := tryLead(nil, jobOrders(group), false, false)
+		switch {
+		case crash != nil:
+			return crash
+		case took && len(rest) == 0:
+			return nil
+		case took:
+			group, leads = rest, 1
+		case !errors.Is(err, lockcore.ErrLockHeld):
+			fail(group, lockErr(err))
+			return nil
+		default:
+			s.sawBusy(home)
+		}
+	}
+
+	// Held: record the orders for its holder, and watch the item.
+	it, err := s.publish(ctx, home, jobOrders(group))
+	if err != nil {
+		fail(group, err)
+		return nil
+	}
+	start := s.now()
+	// How long to wait for the holder before queueing: a couple of its critical
+	// sections at least, a third of the wait budget at most (a short budget queues soon:
+	// the queue also takes a dead holder's lease over).
+	patience := min(max(g.lease, 2*time.Second), g.waitUntil.Sub(start)/3)
+	a := lockcore.DefaultItemAttributes
+	seenBy, seenRev, seenAt := getS(it, a.LockedBy), getN1(it, a.Rev), start
+	poll := pollFirst
 	for {
-		var skus []string
-		var record []Order
+		// Decided: a decision marker where the record was (the reason of a rejection is
+		// on the order item, not read), or no record (decided and the marker gone: read
+		// from the order item; or taken off an abandoned lock by the janitor, which
+		// re-drove it: recorded again).
+		var waiting, gone []*batchJob
 		for _, j := range group {
-			record = append(record, j.order)
-			for _, l := range j.order.Lines {
-				if !slices.Contains(skus, l.SKU) {
-					skus = append(skus, l.SKU)
+			v, ok := it[pendingAttr(j.order.OrderID)]
+			switch st := markerStatus(v); {
+			case !ok:
+				gone = append(gone, j)
+			case st == StatusReserved:
+				g.finish(j, Outcome{Status: StatusReserved}, nil)
+			case st == StatusRejected:
+				g.finish(j, Outcome{Status: StatusRejected, Reason: reasonElsewhere}, nil)
+			default:
+				waiting = append(waiting, j)
+			}
+		}
+		if len(gone) > 0 {
+			rest, err := g.learnOutcomes(ctx, gone)
+			if err != nil {
+				fail(append(rest, waiting...), err)
+				return nil
+			}
+			if len(rest) > 0 {
+				if it, err = s.publish(ctx, home, jobOrders(rest)); err != nil {
+					fail(append(rest, waiting...), err)
+					return nil
+				}
+				group = append(waiting, rest...)
+				continue
+			}
+		}
+		group = waiting
+		if len(group) == 0 {
+			return nil
+		}
+		now := s.now()
+		if by, rev := getS(it, a.LockedBy), getN1(it, a.Rev); by != seenBy || rev != seenRev {
+			seenBy, seenRev, seenAt = by, rev, now
+		}
+		// A holder seen unchanged for its lease (or, with wall-clock takeover, past its
+		// recorded lease end) is stalled: queueing takes its lease over.
+		leaseMs, _ := getN(it, a.LeaseMs)
+		stalled := seenBy != "" && now.Sub(seenAt) >= time.Duration(leaseMs)*time.Millisecond
+		if until, ok := getN(it, a.Until); s.wall && seenBy != "" && ok && time.UnixMilli(until).Add(s.skew).Before(now) {
+			stalled = true
+		}
+		switch {
+		case now.Sub(start) >= patience || stalled || !now.Before(g.waitUntil) || leads >= 2:
+			// Waited long, led in vain, or the holder looks dead: queue for the lock
+			// (fair; a dead holder's lease is taken over after being watched for its
+			// length), and lead patiently: waiting for the other stock items too.
+			w := g.left()
+			_, took, err, crash := tryLead(&w, nil, true, true)
+			switch {
+			case crash != nil:
+				return crash
+			case took:
+				return nil
+			}
+			// Not ours in time; decided meanwhile, perhaps.
+			rest, lerr := g.learnOutcomes(ctx, group)
+			if lerr != nil {
+				fail(rest, lerr)
+				return nil
+			}
+			fail(rest, lockErr(err))
+			return nil
+		case itemFree(it):
+			// Recorded already: the locking read records nothing (an order whose record a
+			// holder took off meanwhile is decided, and must not be recorded again).
+			rest, took, err, crash := tryLead(nil, nil, true, false)
+			switch {
+			case crash != nil:
+				return crash
+			case took && len(rest) == 0:
+				return nil
+			case took:
+				group = rest
+				leads++
+			case !errors.Is(err, lockcore.ErrLockHeld):
+				fail(group, lockErr(err))
+				return nil
+			default:
+				s.sawBusy(home)
+			}
+		}
+		d := poll/2 + rand.N(poll)/2 + poll/4 // 0.75..1.25 of poll
+		poll = min(poll*3/2, pollMax)
+		if err := ctxtime.Sleep(ctx, min(d, max(g.waitUntil.Sub(s.now()), time.Millisecond))); err != nil {
+			rest, lerr := g.learnOutcomes(ctx, group)
+			if lerr != nil {
+				fail(rest, lerr)
+				return nil
+			}
+			fail(rest, busy("orders of "+home, err))
+			return nil
+		}
+		if it, err = s.readStockItem(ctx, home, false); err != nil {
+			fail(group, fmt.Errorf("shop: orders of %s: read stock: %w", home, err))
+			return nil
+		}
+	}
+}
+
+// itemFree reports whether a stock item's lock is free: nobody holds it and no ticket is
+// outstanding (lockcore's locking read: no holder attributes, and the served ticket is
+// the last one issued).
+func itemFree(it map[string]types.AttributeValue) bool {
+	a := lockcore.DefaultItemAttributes
+	if getS(it, a.LockedBy) != "" {
+		return false
+	}
+	serving, ok := getN(it, a.Serving)
+	fence, _ := getN(it, a.Fence)
+	return !ok || serving >= fence
+}
+
+func getN1(it map[string]types.AttributeValue, k string) int64 {
+	n, _ := getN(it, k)
+	return n
+}
+
+// learnOutcomes reads the orders of group (strongly consistent) and finishes those that
+// are decided; it returns the others.
+func (g *groupRun) learnOutcomes(ctx context.Context, group []*batchJob) ([]*batchJob, error) {
+	recs, err := g.s.readOrders(ctx, group, true)
+	if err != nil {
+		return group, err
+	}
+	var rest []*batchJob
+	for _, j := range group {
+		if rec, ok := recs[j.order.OrderID]; ok && rec.Status.Final() {
+			if j.dup {
+				g.s.count(ctx, MetricOrdersDuplicate)
+			}
+			g.finish(j, Outcome{Status: rec.Status, Reason: rec.Reason, Duplicate: j.dup}, nil)
+			continue
+		}
+		rest = append(rest, j)
+	}
+	return rest, nil
+}
+
+// lead holds the group's home stock item: it takes the group's other stock items in
+// canonical order, tries to take the ones that other recorded orders need (without
+// waiting), and decides every recorded order it can and its group's own (decideHeld). A
+// patient leader waits for its other stock items (so two leaders never wait for each
+// other: the canonical order); the group's orders it still could not decide — a stock
+// item held until its time ran out — fail with ErrBusy. An impatient one waits for none:
+// it never holds the home item while it waits, and returns its orders it could not
+// decide (rest) to wait on. waited says the group recorded its orders and waited before
+// it got the lock: its orders found decided were decided for it meanwhile; a group that
+// took the lock at once and finds its orders decided is a late copy (a duplicate). The
+// error is the crash hook's.
+func (g *groupRun) lead(ctx, hbCtx context.Context, stopHB func(), group []*batchJob, home *stockHold, waited, patient bool) ([]*batchJob, error) {
+	s := g.s
+	holds := map[string]*stockHold{home.sku: home}
+	var blocked string
+	var blockErr error
+	own := groupSKUs(group)[1:]
+	// The order items of the orders it may decide — its own, and those recorded on the home
+	// item that need no stock item but its group's and those it will try — read while it
+	// takes the other stock items (one eventually consistent BatchGetItem): decided ones
+	// are not decided again.
+	ext := s.extension(holds, own...)
+	var pre preRead
+	pre.start(ctx, s, append(fitting(home.entries, home.sku, own, ext), jobOrders(group)...))
+	// Its own in canonical order: a patient leader waits for each, an impatient one for
+	// none (it stops at the first held and decides what it can).
+	for _, sku := range own {
+		h, err := s.probeStock(hbCtx, sku, g.lease, nil)
+		if errors.Is(err, lockcore.ErrLockHeld) {
+			s.sawBusy(sku)
+			if patient {
+				h, err = s.holdStock(hbCtx, sku, g.left(), g.lease, nil)
+			}
+		}
+		if err != nil {
+			blocked, blockErr = sku, err
+			break
+		}
+		holds[sku] = h
+	}
+	// Then, without waiting, those the recorded orders need besides.
+	s.takeFree(hbCtx, holds, s.extension(holds), g.lease)
+	if err := s.crashAt(CrashStockLocked); err != nil {
+		return nil, err // a dead holder: no release, no write
+	}
+	decided := s.decideHeld(ctx, holds, jobOrders(group), pre.wait(), stopHB)
+	var rest []*batchJob
+	for _, j := range group {
+		r, ok := decided[j.order.OrderID]
+		switch {
+		case ok && r.err != nil:
+			g.finish(j, Outcome{}, r.err)
+		case ok && r.elsewhere && !r.known:
+			// Decided meanwhile by another holder; its outcome is on its order item.
+			j.dup = !waited
+			left, err := g.learnOutcomes(ctx, []*batchJob{j})
+			if err == nil && len(left) > 0 {
+				err = fmt.Errorf("shop: order %s: refused as decided, but it is not (%w)", j.order.OrderID, ErrBusy)
+			}
+			if len(left) > 0 {
+				g.finish(j, Outcome{}, err)
+			}
+		case ok && r.elsewhere:
+			out := r.out
+			out.Duplicate = !waited
+			if out.Duplicate {
+				s.count(ctx, MetricOrdersDuplicate)
+			}
+			g.finish(j, out, nil)
+		case ok:
+			g.finish(j, r.out, nil)
+		case !patient && errors.Is(blockErr, lockcore.ErrLockHeld):
+			rest = append(rest, j) // back to waiting
+		case errors.Is(blockErr, lockcore.ErrLockHeld) || ctx.Err() != nil:
+			g.finish(j, Outcome{}, busy("order "+j.order.OrderID, blockErr))
+		case blockErr != nil:
+			g.finish(j, Outcome{}, fmt.Errorf("shop: order %s: lock stock of %s: %w", j.order.OrderID, blocked, blockErr))
+		default:
+			g.finish(j, Outcome{}, fmt.Errorf("shop: order %s: not decided (%w)", j.order.OrderID, ErrBusy))
+		}
+	}
+	return rest, nil
+}
+
+// extension returns the stock items (at most maxExtend) that the orders recorded on
+// the held items need besides, and those of also (the leader's own, taken with them): each
+// one taken lets the holder decide more of them, and its own records too. An order that
+// needs an item this container found held lately is left to its own leader: a take
+// refused costs a write for nothing.
+func (s *Service) extension(holds map[string]*stockHold, also ...string) []string {
+	var need []string
+	for _, sku := range slices.Sorted(maps.Keys(holds)) {
+		for _, e := range holds[sku].entries {
+			var missing []string
+			for _, l := range e.Lines {
+				if holds[l.SKU] == nil && !slices.Contains(also, l.SKU) {
+					missing = append(missing, l.SKU)
+				}
+			}
+			if len(missing) == 0 || slices.ContainsFunc(missing, s.busyLately) {
+				continue
+			}
+			for _, m := range missing {
+				if !slices.Contains(need, m) && len(need) < maxExtend {
+					need = append(need, m)
 				}
 			}
 		}
-		slices.Sort(skus)
-		// The group's orders are recorded on its first stock item in the write that
-		// locks it, so that a holder that dies leaves them where the janitor finds them.
-		var blocked string
-		var err error
-		holds, blocked, err = s.holdAllStock(hbCtx, skus, left, lease, record)
-		if err == nil {
-			break
-		}
-		what := "orders of " + strings.Join(skus, ", ")
-		if !errors.Is(err, lockcore.ErrLockHeld) && ctx.Err() != nil {
-			// The invocation's deadline ended the wait (a request in flight at the end of
-			// the wait budget): contention all the same.
-			releaseOrders(group, busy(what, err))
-			return nil
-		}
-		if !errors.Is(err, lockcore.ErrLockHeld) {
-			releaseOrders(group, fmt.Errorf("shop: %s: lock stock: %w", what, err))
-			return nil
-		}
-		// Only the orders that need the SKU still held go back; the others try again
-		// without it (at once, if the wait budget is spent).
-		var stuck, rest []*batchJob
-		for _, j := range group {
-			if slices.ContainsFunc(j.order.Lines, func(l Line) bool { return l.SKU == blocked }) {
-				stuck = append(stuck, j)
-			} else {
-				rest = append(rest, j)
-			}
-		}
-		if len(stuck) == 0 {
-			stuck, rest = group, nil
-		}
-		releaseOrders(stuck, busy("order "+stuck[0].order.OrderID, err))
-		if len(rest) == 0 {
-			return nil
-		}
-		group = rest
 	}
-	if err := s.crashAt(CrashStockLocked); err != nil {
-		return err // a dead holder: no release, no write
-	}
-	// The group's records on its first stock item go with the release.
-	first := holds[slices.Min(slices.Collect(maps.Keys(holds)))]
-	for _, j := range group {
-		first.remove = append(first.remove, pendingAttr(j.order.OrderID))
-	}
-	s.writeDecisions(ctx, group, holds, stopHB, finish)
-	return nil
+	return need
 }
 
-// writeDecisions decides the orders of a group in batch order against the running stock
-// (as the locking reads returned it) and writes the decisions in as few transactions as
-// DynamoDB's item limit allows (usually one per group): each order's item (its decision,
-// which also unlocks it, conditioned on the order lease) and, per SKU, one update moving
-// the group's reserved units from available to reserved, conditioned on enough being
-// available and on the stock lease (HeldCondition). The last transaction also releases
-// every stock item (its holder attributes removed, in the same update), so the release
-// costs no call of its own; stopHB stops the stock leases' heartbeats before it is sent,
-// so that no renewal races it.
-//
-// A transaction is all or nothing, so every order's decision is too, and the running
-// stock a later order was decided against is exactly what the earlier orders left. One
-// order's failure does not undo another's: an order whose own lock was lost (its item's
-// condition failed) is failed alone and the others are decided again without it. A
-// stock lease lost (its condition failed) fails every order left: nothing was written.
-func (s *Service) writeDecisions(ctx context.Context, group []*batchJob, holds map[string]*stockHold,
-	stopHB func(), finish func(*batchJob, Outcome, error),
-) {
-	type decision struct {
-		j      *batchJob
-		status Status
-		reason string
+// takeFree takes the stock items of skus that are free, concurrently and without
+// waiting (so the holder never waits for another holder out of the canonical order), and
+// adds them to holds.
+func (s *Service) takeFree(ctx context.Context, holds map[string]*stockHold, skus []string, lease time.Duration) {
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for _, sku := range skus {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			h, err := s.probeStock(ctx, sku, lease, nil)
+			if err != nil {
+				s.sawBusy(sku)
+				return
+			}
+			mu.Lock()
+			holds[sku] = h
+			mu.Unlock()
+		}()
 	}
+	wg.Wait()
+}
+
+// preRead reads order items in the background (see lead).
+type preRead struct {
+	done chan struct{}
+	recs map[string]orderRecord // nil: the read failed
+	ids  []string
+}
+
+func (p *preRead) start(ctx context.Context, s *Service, orders []Order) {
+	p.done = make(chan struct{})
+	for _, o := range orders {
+		if !slices.Contains(p.ids, o.OrderID) {
+			p.ids = append(p.ids, o.OrderID)
+		}
+	}
+	go func() {
+		defer close(p.done)
+		if recs, err := s.readOrderIDs(ctx, p.ids, false); err == nil {
+			p.recs = recs
+		}
+	}()
+}
+
+// wait returns the orders read: the ids asked for, and the records of those found.
+func (p *preRead) wait() orderReads {
+	<-p.done
+	if p.recs == nil {
+		return orderReads{}
+	}
+	return orderReads{ids: p.ids, recs: p.recs}
+}
+
+// orderReads are order items read before a decision: ids were read; recs holds those
+// that exist.
+type orderReads struct {
+	ids  []string
+	recs map[string]orderRecord
+}
+
+// fitting returns the orders of es whose lines are all on home or in skus.
+func fitting(es []pendingEntry, home string, skus ...[]string) []Order {
+	var out []Order
+	for _, e := range es {
+		if !slices.ContainsFunc(e.Lines, func(l Line) bool {
+			return l.SKU != home && !slices.ContainsFunc(skus, func(ss []string) bool { return slices.Contains(ss, l.SKU) })
+		}) {
+			out = append(out, e.Order)
+		}
+	}
+	return out
+}
+
+// decision is what decideHeld did with one order.
+type decision struct {
+	out       Outcome
+	err       error
+	elsewhere bool // decided before, elsewhere
+	known     bool // with elsewhere: out holds that decision (read from the order item)
+}
+
+// candidate is an order recorded on held stock items (or the leader's own).
+type candidate struct {
+	e     pendingEntry
+	items []string // the held items that record it
+}
+
+// carry are the writes a held stock item owes besides a decision's: attributes to
+// remove (decision markers of earlier decisions, records of orders decided elsewhere)
+// and records to replace by a decision marker (orders found decided).
+type carry struct {
+	remove map[string][]string
+	mark   map[string]map[string]string
+}
+
+func newCarry() carry {
+	return carry{remove: map[string][]string{}, mark: map[string]map[string]string{}}
+}
+
+func (c carry) setMark(sku, attr, marker string) {
+	if c.mark[sku] == nil {
+		c.mark[sku] = map[string]string{}
+	}
+	c.mark[sku][attr] = marker
+}
+
+// decideHeld decides every order recorded on the held stock items whose lines it holds,
+// and the leader's own orders (own), oldest first, against the stock the locking reads
+// returned. It reads their order items first (those not in read, which the leader read
+// while it took its stock items; one eventually consistent BatchGetItem):
+// an order found decided — a late copy recorded again, a record a holder could not take
+// off (it was on an item it did not hold) — is not decided again; its records become
+// markers of that decision. It writes the decisions in as few transactions as DynamoDB's
+// item limit allows (usually one): each order's item (conditioned on the order not being
+// decided yet: the read may lag) and per stock item one update — the units reserved, the
+// decided orders' records replaced by decision markers, earlier markers removed, and in
+// the last transaction the release (the holder attributes removed) — conditioned on the
+// lease. stopHB stops the stock leases' heartbeats before the releasing transaction is
+// sent, so that no renewal races it. An order whose condition failed was decided
+// elsewhere after all: it is left out (its record removed) and the rest decided again. A
+// stock lease lost fails every order left; nothing of theirs was written. With nothing
+// to decide, the holds are released with lockcore's release.
+func (s *Service) decideHeld(ctx context.Context, holds map[string]*stockHold, own []Order, read orderReads, stopHB func()) map[string]decision {
+	out := map[string]decision{}
+	skus := slices.Sorted(maps.Keys(holds))
+	byID := map[string]*candidate{}
+	var cands []*candidate
+	for _, sku := range skus {
+		for _, e := range holds[sku].entries {
+			c, ok := byID[e.OrderID]
+			if !ok {
+				c = &candidate{e: e}
+				byID[e.OrderID] = c
+				cands = append(cands, c)
+			} else if e.At.Before(c.e.At) {
+				c.e = e // the first version recorded wins
+			}
+			c.items = append(c.items, sku)
+		}
+	}
+	now := s.now()
+	for _, o := range own {
+		if _, ok := byID[o.OrderID]; !ok {
+			c := &candidate{e: pendingEntry{Order: o, At: now}}
+			byID[o.OrderID] = c
+			cands = append(cands, c)
+		}
+	}
+	var pending []*candidate
+	for _, c := range cands {
+		if !slices.ContainsFunc(c.e.Lines, func(l Line) bool { return holds[l.SKU] == nil }) {
+			pending = append(pending, c)
+		}
+	}
+	slices.SortFunc(pending, func(a, b *candidate) int {
+		if c := a.e.At.Compare(b.e.At); c != 0 {
+			return c
+		}
+		return strings.Compare(a.e.OrderID, b.e.OrderID)
+	})
+	// The decision markers the held items carry have served their waiters: they go with
+	// the first write.
+	next := newCarry()
+	for sku, h := range holds {
+		if len(h.markers) > 0 {
+			next.remove[sku] = slices.Clone(h.markers)
+		}
+	}
+	// Orders decided already are not decided again: those read before (read), and the
+	// others now.
+	var ids []string
+	for _, c := range pending {
+		if !slices.Contains(read.ids, c.e.OrderID) {
+			ids = append(ids, c.e.OrderID)
+		}
+	}
+	recs := read.recs
+	if len(ids) > 0 {
+		if more, err := s.readOrderIDs(ctx, ids, false); err == nil {
+			recs = maps.Clone(recs)
+			if recs == nil {
+				recs = map[string]orderRecord{}
+			}
+			maps.Copy(recs, more)
+		}
+	}
+	pending = slices.DeleteFunc(pending, func(c *candidate) bool {
+		rec, ok := recs[c.e.OrderID]
+		if !ok || !rec.Status.Final() {
+			return false
+		}
+		out[c.e.OrderID] = decision{elsewhere: true, known: true,
+			out: Outcome{OrderID: c.e.OrderID, Status: rec.Status, Reason: rec.Reason}}
+		for _, sku := range c.items {
+			next.setMark(sku, c.e.attr, decisionMarker(rec.Status))
+		}
+		return true
+	})
 	stock := make(map[string]int64, len(holds))
 	for sku, h := range holds {
 		stock[sku] = h.avail
 	}
-	skus := slices.Sorted(maps.Keys(holds))
-	pending := slices.Clone(group)
 	decided := 0
 	released := false
-	failRest := func(err error) {
-		s.releaseJobs(ctx, pending)
-		for _, j := range pending {
-			finish(j, Outcome{}, err)
-		}
-		pending = nil
-	}
 	defer func() {
 		if !released {
 			s.releaseHolds(ctx, holds)
 		}
 	}()
+	if len(pending) == 0 {
+		// Nothing to decide: lockcore's release (a write per item, not two in a
+		// transaction); the markers and the records of orders found decided stay for
+		// the next holder that decides.
+		return out
+	}
 	for len(pending) > 0 {
-		// Decide from the stock as the landed transactions left it.
 		run := maps.Clone(stock)
-		var (
-			chunk []decision
-			items []types.TransactWriteItem
-			units = map[string]int64{} // per SKU, the chunk's reserved units
-		)
-		// Room for the orders: every held stock item may be written by the last
-		// transaction (the release), and an earlier one writes those it reserves on.
+		var chunk []*candidate
+		var statuses []Status
+		var reasons []string
+		units := map[string]int64{}
+		w := next
+		next = newCarry()
 		room := max(maxTransactItems-len(holds), 1)
-		for _, j := range pending {
+		for _, c := range pending {
 			if len(chunk) == room {
 				break // the next transaction decides it, against what this one leaves
 			}
-			st, reason := decideFrom(run, j.order)
+			st, reason := decideFrom(run, c.e.Order)
 			if st == StatusReserved {
-				for _, l := range j.order.Lines {
+				for _, l := range c.e.Lines {
 					units[l.SKU] += int64(l.Qty)
 					run[l.SKU] -= int64(l.Qty)
 				}
 			}
-			chunk = append(chunk, decision{j: j, status: st, reason: reason})
+			chunk = append(chunk, c)
+			statuses = append(statuses, st)
+			reasons = append(reasons, reason)
+			for _, sku := range c.items {
+				w.setMark(sku, c.e.attr, decisionMarker(st))
+			}
 		}
 		last := len(chunk) == len(pending)
-		for _, d := range chunk {
-			d.j.stop() // the transaction unlocks the order: its heartbeat must not race it
-			items = append(items, s.finalOrderItem(d.j.ol, d.j.order, d.status, d.reason))
+		var items []types.TransactWriteItem
+		for i, c := range chunk {
+			items = append(items, s.decisionItem(c.e.Order, statuses[i], reasons[i]))
 		}
-		var holdFor []*stockHold // the stock items, in items' order after the orders
 		for _, sku := range skus {
-			h := holds[sku]
-			rm := h.remove
-			if !last {
-				h.remove = nil // the records go with the release
-			}
-			it, ok := s.stockUpdate(h, units[sku], last)
-			h.remove = rm
-			if ok && len(items) < maxTransactItems {
+			// Every held item fits (room): a decision is never written without its
+			// reservation.
+			if it, ok := s.stockUpdate(holds[sku], units[sku], w.remove[sku], w.mark[sku], last); ok {
 				items = append(items, it)
-				holdFor = append(holdFor, h)
 			}
 		}
 		if last {
 			stopHB()
 		}
 		res, err := s.transact(ctx, items)
-		if err != nil && res.failed >= 0 && res.failed < len(chunk) && res.ambiguous {
-			// An earlier attempt of ours may have landed and unlocked the orders.
-			landed := true
-			for _, d := range chunk {
-				if !s.landed(ctx, d.j.order.OrderID, d.j.ol, d.status) {
-					landed = false
-					break
-				}
-			}
-			if landed {
-				err = nil
-			}
-		}
 		switch {
 		case err == nil:
-			for _, d := range chunk {
-				if d.status == StatusReserved {
+			for i, c := range chunk {
+				if statuses[i] == StatusReserved {
 					s.count(ctx, MetricOrdersReserved)
 				} else {
 					s.count(ctx, MetricOrdersRejected)
 				}
-				finish(d.j, Outcome{Status: d.status, Reason: d.reason}, nil)
+				out[c.e.OrderID] = decision{out: Outcome{OrderID: c.e.OrderID, Status: statuses[i], Reason: reasons[i]}}
 			}
 			decided += len(chunk)
 			stock = run
 			pending = pending[len(chunk):]
 			if last {
-				released = len(holdFor) == len(holds)
-				if !released {
-					// Held items the transaction had no room for: nothing to write there.
-					rest := map[string]*stockHold{}
-					for sku, h := range holds {
-						if !slices.Contains(holdFor, h) {
-							rest[sku] = h
-						}
-					}
-					s.releaseHolds(ctx, rest)
-					released = true
-				}
+				released = true
 				s.held(ctx, holds, decided, false)
 			}
-		case res.failed >= 0 && res.failed < len(chunk):
-			// That order's lock was taken over: it alone goes back; the rest is decided
-			// again without it.
-			j := chunk[res.failed].j
-			s.release(ctx, "order "+j.order.OrderID, j.ol.Lease)
-			finish(j, Outcome{}, fmt.Errorf("shop: order %s: its lease was lost before the decision was written (%w): %w",
-				j.order.OrderID, lockcore.ErrLeaseLost, err))
-			pending = slices.DeleteFunc(pending, func(p *batchJob) bool { return p == j })
-			if len(pending) == 0 && !released {
-				// Nobody left to decide: the stock items still carry the records.
+		case res.failed >= 0 && slices.Max(res.all) < len(chunk):
+			// Those orders were decided elsewhere meanwhile (the read lagged): they are
+			// left out, their records removed with the next write, and the rest is
+			// decided again without them.
+			next = w
+			for _, i := range res.all {
+				c := chunk[i]
+				out[c.e.OrderID] = decision{elsewhere: true}
+				pending = slices.DeleteFunc(pending, func(p *candidate) bool { return p == c })
+			}
+			for _, c := range chunk { // the chunk's markers are not written: only the refused orders' removals
+				for _, sku := range c.items {
+					delete(next.mark[sku], c.e.attr)
+					if out[c.e.OrderID].elsewhere {
+						next.remove[sku] = append(next.remove[sku], c.e.attr)
+					}
+				}
+			}
+			if len(pending) == 0 {
 				stopHB()
-				if _, err := s.transactRelease(ctx, holds); err == nil {
+				if _, err := s.transactRelease(ctx, holds, next); err == nil {
 					released = true
 					s.held(ctx, holds, decided, false)
 				}
 			}
 		case res.failed >= 0:
 			// A stock condition: a stock lease was lost (paused past it, taken over).
-			// Nothing was written; every order left goes back.
+			// Nothing was written; the orders stay recorded for the next holder. Those
+			// whose own condition failed too were decided elsewhere.
 			s.held(ctx, holds, decided, true)
-			failRest(fmt.Errorf("shop: %s: a stock lease was lost before the decisions were written (%w): %w",
-				"orders of the batch", lockcore.ErrLeaseLost, err))
+			for _, i := range res.all {
+				if i < len(chunk) {
+					out[chunk[i].e.OrderID] = decision{elsewhere: true}
+					pending = slices.DeleteFunc(pending, func(p *candidate) bool { return p == chunk[i] })
+				}
+			}
+			for _, c := range pending {
+				out[c.e.OrderID] = decision{err: fmt.Errorf("shop: order %s: a stock lease was lost before the decision was written (%w): %w",
+					c.e.OrderID, lockcore.ErrLeaseLost, err)}
+			}
+			pending = nil
 		default:
-			failRest(fmt.Errorf("shop: decisions of the batch: %w", err))
+			for _, c := range pending {
+				out[c.e.OrderID] = decision{err: fmt.Errorf("shop: order %s: decision: %w", c.e.OrderID, err)}
+			}
+			pending = nil
 		}
 	}
+	return out
 }
 
-// transactRelease releases held stock items and removes their records, in one
-// transaction (a group's orders all failed alone: their records must not outlive the
-// hold).
-func (s *Service) transactRelease(ctx context.Context, holds map[string]*stockHold) (txResult, error) {
+// transactRelease releases the held stock items with the writes they owe, in one
+// transaction.
+func (s *Service) transactRelease(ctx context.Context, holds map[string]*stockHold, w carry) (txResult, error) {
 	var items []types.TransactWriteItem
 	for _, sku := range slices.Sorted(maps.Keys(holds)) {
-		if it, ok := s.stockUpdate(holds[sku], 0, true); ok {
+		if it, ok := s.stockUpdate(holds[sku], 0, w.remove[sku], w.mark[sku], true); ok {
 			items = append(items, it)
 		}
 	}
 	return s.transact(ctx, items)
+}
+
+// decisionItem writes an order's decision to its item, conditioned on the order not
+// being decided yet (no status, or PENDING): a decision is written once.
+func (s *Service) decisionItem(o Order, st Status, reason string) types.TransactWriteItem {
+	now := s.now().UnixMilli()
+	cond := expression.Or(expression.AttributeNotExists(name(attrStatus)), name(attrStatus).Equal(value(string(StatusPending))))
+	upd := expression.Set(name(attrStatus), value(string(st))).
+		Set(name(attrCustomerID), value(o.CustomerID)).
+		Set(name(attrLines), value(linesList(o.Lines))).
+		Set(name(attrUpdatedAt), value(now)).
+		Set(name(attrCreatedAt), expression.IfNotExists(name(attrCreatedAt), value(now)))
+	if reason != "" {
+		upd = upd.Set(name(attrReason), value(reason))
+	} else {
+		upd = upd.Remove(name(attrReason))
+	}
+	return buildUpdate(s.t.Orders, orderKey(o.OrderID), upd, &cond)
+}
+
+// publish records orders on sku's stock item for its holder to decide (an order recorded
+// before keeps its first record) and returns the item as written.
+func (s *Service) publish(ctx context.Context, sku string, orders []Order) (map[string]types.AttributeValue, error) {
+	var upd expression.UpdateBuilder
+	attrs := s.recordAttrs(sku, orders)
+	for _, k := range slices.Sorted(maps.Keys(attrs)) {
+		upd = upd.Set(name(k), expression.IfNotExists(name(k), value(attrs[k])))
+	}
+	e, err := expression.NewBuilder().WithUpdate(upd).Build()
+	if err != nil {
+		return nil, fmt.Errorf("shop: record orders on %s: %w", sku, err)
+	}
+	out, err := s.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+		TableName: aws.String(s.t.Inventory), Key: stockKey(sku),
+		UpdateExpression: e.Update(), ExpressionAttributeNames: e.Names(), ExpressionAttributeValues: e.Values(),
+		ReturnValues: types.ReturnValueAllNew,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("shop: record orders on %s: %w", sku, err)
+	}
+	return out.Attributes, nil
+}
+
+// readStockItem reads a SKU's stock item.
+func (s *Service) readStockItem(ctx context.Context, sku string, consistent bool) (map[string]types.AttributeValue, error) {
+	out, err := s.db.GetItem(ctx, &dynamodb.GetItemInput{
+		TableName: aws.String(s.t.Inventory), Key: stockKey(sku), ConsistentRead: aws.Bool(consistent),
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out.Item, nil
+}
+
+// readOrders reads the order items of jobs in one BatchGetItem (per 100); orders without
+// an item are left out.
+func (s *Service) readOrders(ctx context.Context, jobs []*batchJob, consistent bool) (map[string]orderRecord, error) {
+	ids := make([]string, len(jobs))
+	for i, j := range jobs {
+		ids[i] = j.order.OrderID
+	}
+	return s.readOrderIDs(ctx, ids, consistent)
+}
+
+// readOrderIDs reads order items in one BatchGetItem (per 100); orders without an item
+// are left out.
+func (s *Service) readOrderIDs(ctx context.Context, ids []string, consistent bool) (map[string]orderRecord, error) {
+	keys := make([]map[string]types.AttributeValue, len(ids))
+	for i, id := range ids {
+		keys[i] = orderKey(id)
+	}
+	items, err := s.batchGet(ctx, s.t.Orders, keys, consistent)
+	if err != nil {
+		return nil, fmt.Errorf("shop: read orders: %w", err)
+	}
+	out := make(map[string]orderRecord, len(items))
+	for _, it := range items {
+		id := getS(it, attrOrderID)
+		out[id] = parseOrder(id, it)
+	}
+	return out, nil
 }
 
 // decideFrom decides an order against the available stock: RESERVED if every line is
@@ -666,6 +1037,11 @@ func decideFrom(stock map[string]int64, order Order) (Status, string) {
 	return StatusReserved, ""
 }
 
+// reasonElsewhere is the reason of a rejection a waiter learns from the decision marker
+// on the stock item (the holder's own reason, naming the short lines, is on the order
+// item: reading it would cost a read per rejected waiter).
+const reasonElsewhere = "insufficient stock (decided by the stock's holder; the order item names the lines)"
+
 // maxBatchGetKeys is DynamoDB's limit of keys in one BatchGetItem.
 const maxBatchGetKeys = 100
 
@@ -673,15 +1049,15 @@ const maxBatchGetKeys = 100
 // returning unprocessed (throttling).
 const batchGetAttempts = 8
 
-// batchGet reads the items of table with the given keys, strongly consistent: one
-// BatchGetItem per 100 keys, and again for the keys DynamoDB returns unprocessed
-// (throttling) after a short backoff, at most batchGetAttempts requests each. Keys
-// without an item are left out of the result.
-func (s *Service) batchGet(ctx context.Context, table string, keys []map[string]types.AttributeValue) ([]map[string]types.AttributeValue, error) {
+// batchGet reads the items of table with the given keys: one BatchGetItem per 100 keys,
+// and again for the keys DynamoDB returns unprocessed (throttling) after a short
+// backoff, at most batchGetAttempts requests each. Keys without an item are left out of
+// the result.
+func (s *Service) batchGet(ctx context.Context, table string, keys []map[string]types.AttributeValue, consistent bool) ([]map[string]types.AttributeValue, error) {
 	var items []map[string]types.AttributeValue
 	for len(keys) > 0 {
 		n := min(len(keys), maxBatchGetKeys)
-		req := map[string]types.KeysAndAttributes{table: {Keys: keys[:n], ConsistentRead: aws.Bool(true)}}
+		req := map[string]types.KeysAndAttributes{table: {Keys: keys[:n], ConsistentRead: aws.Bool(consistent)}}
 		keys = keys[n:]
 		wait := 10 * time.Millisecond
 		for attempt := 1; len(req[table].Keys) > 0; attempt++ {
@@ -703,4 +1079,34 @@ func (s *Service) batchGet(ctx context.Context, table string, keys []map[string]
 		}
 	}
 	return items, nil
+}
+
+// busyFor is how long a stock item found held counts as busy (busyLately).
+const busyFor = 2 * time.Second
+
+// sawBusy notes that sku's stock item was found held.
+func (s *Service) sawBusy(sku string) {
+	s.busyMu.Lock()
+	defer s.busyMu.Unlock()
+	if s.busy == nil {
+		s.busy = map[string]time.Time{}
+	}
+	now := s.now()
+	s.busy[sku] = now
+	if len(s.busy) > 1024 {
+		for k, t := range s.busy {
+			if now.Sub(t) > busyFor {
+				delete(s.busy, k)
+			}
+		}
+	}
+}
+
+// busyLately reports whether sku's stock item was found held within busyFor, and the
+// item not taken free since.
+func (s *Service) busyLately(sku string) bool {
+	s.busyMu.Lock()
+	defer s.busyMu.Unlock()
+	t, ok := s.busy[sku]
+	return ok && s.now().Sub(t) < busyFor
 }

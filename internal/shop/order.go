@@ -316,10 +316,3 @@ func (s *Service) release(ctx context.Context, what string, l releaser) {
 func (s *Service) writeErr(_ context.Context, what string, err error) error {
 	return fmt.Errorf("shop: %s: %w", what, err)
 }
-
-// reserveUnits moves n units of a SKU from available to reserved, conditioned on enough
-// being available and on the SKU lock's fencing token: the reservations of every order
-// of a batch on that SKU, in one update.
-func (s *Service) reserveUnits(sku string, n int64, token lockcore.Fence) types.TransactWriteItem {
-	return s.reserveItem(Line{SKU: sku, Qty: int(n)}, token)
-}

@@ -54,11 +54,12 @@ var (
 
 // Crash points of WithCrashHook.
 const (
-	// CrashOrderLocked: the order item is locked (and PENDING with its lines), no SKU
-	// lock is taken yet.
+	// CrashOrderLocked: the batch's orders are known; nothing is recorded or locked yet
+	// (the legacy mode: the order item is locked, and PENDING with its lines).
 	CrashOrderLocked = "order-locked"
-	// CrashStockLocked: the order and every SKU of it are locked and the stock was read;
-	// the reservation transaction has not been sent.
+	// CrashStockLocked: a leader holds its stock items (its orders, and those of the
+	// waiters, recorded on them) and read the stock; the decision transaction has not
+	// been sent (the legacy mode: the order and its SKUs are locked).
 	CrashStockLocked = "stock-locked"
 	// CrashAdjustmentLocked: ApplyAdjustment holds the SKU lock; nothing is written yet.
 	CrashAdjustmentLocked = "adjustment-locked"
@@ -150,13 +151,16 @@ type Service struct {
 
 	holdObs []func(ctx context.Context, e HoldEvent) // WithHoldObserver's
 
+	busyMu sync.Mutex
+	busy   map[string]time.Time // stock items found held lately (sawBusy)
+
 	sweepMu  sync.Mutex
 	sweepIL  *lockcore.ItemLocker // the janitor's stock locker (sweepLocker)
 	sweepAge time.Duration
 
 	// The lockers are built once (they keep what they learn, such as takeover
 	// observations, for the life of the container); each acquisition passes its lease.
-	orders *lockcore.ItemLocker // nil without an orders table
+	orders *lockcore.ItemLocker // the legacy mode's order locks; nil without an orders table
 	stock  *lockcore.ItemLocker // the stock items' locking read; nil without an inventory table
 	skus   *lockcore.Mutex      // the lock table's SKU locks: the legacy mode's (WithLegacyWait); nil without one
 }
@@ -209,8 +213,10 @@ func WithWaitBudget(d time.Duration) Option {
 // WithLegacyWait restores the behaviour before waits were derived from the deadline, for
 // comparison (the demo's -legacy): an operation waits at most WithWaitBudget (default 1s,
 // and at most a quarter of the time left) and then gives up with ErrBusy, so that the
-// message goes back to SQS. The order processor's handler then also processes a batch
-// order by order (see functions/orderprocessor/handler.WithLegacy).
+// message goes back to SQS; orders are decided one by one, each under its order item's
+// lock and its SKUs' lock-table rows (Mutex, Tables.Locks), and adjustments lock those
+// rows too. The order processor's handler then also processes a batch order by order
+// (see functions/orderprocessor/handler.WithLegacy). The two modes must not share tables.
 func WithLegacyWait() Option {
 	return func(s *Service) error { s.legacy = true; return nil }
 }
@@ -427,8 +433,9 @@ func waitPolicy(d time.Duration) lockcore.WaitPolicy {
 	return lockcore.WaitUpTo(d)
 }
 
-// buildLockers builds the order item locker and the SKU mutex, with s.lease as the
-// longest lease (each acquisition passes its own, lockcore.LeaseDuration).
+// buildLockers builds the stock items' locker, the legacy mode's order item locker and
+// SKU mutex, with s.lease as the longest lease (each acquisition passes its own,
+// lockcore.LeaseDuration).
 func (s *Service) buildLockers() error {
 	takeover := lockcore.ObserveTakeover()
 	if s.wall {
@@ -480,7 +487,9 @@ func (s *Service) lockObserver() lockcore.Observer {
 	return lockcore.Observer{
 		Acquired: func(ctx context.Context, e lockcore.AcquireEvent) { s.millis(ctx, MetricLockWait, e.Wait) },
 		AcquireFailed: func(ctx context.Context, e lockcore.AcquireEvent) {
-			if errors.Is(e.Err, lockcore.ErrLockHeld) {
+			// A take that does not wait (ProcessOrders' first try of a stock item, a
+			// leader's try of one more) finds it held as an answer: the orders wait on.
+			if probe, _ := ctx.Value(probeKey{}).(bool); errors.Is(e.Err, lockcore.ErrLockHeld) && !probe {
 				s.count(ctx, MetricContention)
 			}
 		},

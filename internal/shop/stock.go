@@ -6,6 +6,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -33,14 +34,31 @@ import (
 // waiting for (or decided under) the item's lock.
 const PendingAttrPrefix = "po#"
 
-// pendingAttr is the attribute that records an order on a stock item: the prefix and 16
-// characters of the order id's SHA-256. Order ids may hold '.', '[' or ']', which an
-// attribute name passed to lockcore.SetIfAbsent may not, and may be 256 bytes long: the
-// digest keeps every record's name short (the item's size is what each write of it
-// costs) and valid. The order id itself is in the value.
+// pendingAttr is the attribute that records an order on a stock item: the prefix and the
+// order id when it is short and plain (at most 64 characters of [A-Za-z0-9_:-]), else
+// "~" and 16 characters of the id's SHA-256 (with the id in the value). Order ids may
+// hold '.', '[' or ']', which an attribute name passed to lockcore.SetIfAbsent may not,
+// and may be 256 bytes long; every record's name stays short, because the item's size
+// is what each write of it costs.
 func pendingAttr(orderID string) string {
+	if plainID(orderID) {
+		return PendingAttrPrefix + orderID
+	}
 	sum := sha256.Sum256([]byte(orderID))
-	return PendingAttrPrefix + base64.RawURLEncoding.EncodeToString(sum[:12])
+	return PendingAttrPrefix + "~" + base64.RawURLEncoding.EncodeToString(sum[:12])
+}
+
+func plainID(id string) bool {
+	if id == "" || len(id) > 64 || id[0] == '~' {
+		return false
+	}
+	for i := 0; i < len(id); i++ {
+		c := id[i]
+		if !(c >= 'A' && c <= 'Z' || c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '_' || c == '-' || c == ':') {
+			return false
+		}
+	}
+	return true
 }
 
 // pendingEntry is an order recorded on a stock item.
@@ -48,53 +66,67 @@ type pendingEntry struct {
 	Order
 	At   time.Time // when it was recorded
 	attr string    // its attribute on the item
+	sku  string    // the item's SKU
 }
 
-// encodeEntry is the value of an order's record: "<ms>\n<lines>\n<customerId>\n<orderId>",
-// lines as "sku*qty|sku*qty". Neither ids nor SKUs hold control characters, and SKUs
-// neither '*' nor '|'; the order id comes last, so nothing it holds can break the split.
-func encodeEntry(o Order, at time.Time) types.AttributeValue {
+// encodeEntry is the value of an order's record on sku's stock item:
+// "<ms, base 36>\n<lines>\n<customerId>", and "\n<orderId>" when the attribute's name
+// does not hold the id; lines as "sku*qty|sku*qty", the item's own SKU written as "".
+// Neither ids nor SKUs hold control characters, and SKUs neither '*' nor '|'. Short,
+// because the item's size is what each of its writes costs.
+func encodeEntry(sku string, o Order, at time.Time) types.AttributeValue {
 	var b strings.Builder
-	b.WriteString(strconv.FormatInt(at.UnixMilli(), 10))
+	b.WriteString(strconv.FormatInt(at.UnixMilli(), 36))
 	b.WriteByte('\n')
 	for i, l := range o.Lines {
 		if i > 0 {
 			b.WriteByte('|')
 		}
-		b.WriteString(l.SKU)
+		if l.SKU != sku {
+			b.WriteString(l.SKU)
+		}
 		b.WriteByte('*')
 		b.WriteString(strconv.Itoa(l.Qty))
 	}
 	b.WriteByte('\n')
 	b.WriteString(o.CustomerID)
-	b.WriteByte('\n')
-	b.WriteString(o.OrderID)
+	if !plainID(o.OrderID) {
+		b.WriteByte('\n')
+		b.WriteString(o.OrderID)
+	}
 	return str(b.String())
 }
 
-// decodeEntry parses an order's record; ok is false for a value that is not one (or an
-// order that would not validate).
-func decodeEntry(attr string, v types.AttributeValue) (pendingEntry, bool) {
+// decodeEntry parses the record attr of sku's stock item; ok is false for a value that
+// is not one (or an order that would not validate).
+func decodeEntry(sku, attr string, v types.AttributeValue) (pendingEntry, bool) {
 	s, ok := v.(*types.AttributeValueMemberS)
 	if !ok {
 		return pendingEntry{}, false
 	}
 	parts := strings.SplitN(s.Value, "\n", 4)
-	if len(parts) != 4 {
+	if len(parts) < 3 {
 		return pendingEntry{}, false
 	}
-	ms, err := strconv.ParseInt(parts[0], 10, 64)
+	ms, err := strconv.ParseInt(parts[0], 36, 64)
 	if err != nil {
 		return pendingEntry{}, false
 	}
-	e := pendingEntry{Order: Order{OrderID: parts[3], CustomerID: parts[2]}, At: time.UnixMilli(ms), attr: attr}
+	id := strings.TrimPrefix(attr, PendingAttrPrefix)
+	if len(parts) == 4 {
+		id = parts[3]
+	}
+	e := pendingEntry{Order: Order{OrderID: id, CustomerID: parts[2]}, At: time.UnixMilli(ms), attr: attr, sku: sku}
 	for _, f := range strings.Split(parts[1], "|") {
-		sku, q, ok := strings.Cut(f, "*")
+		ls, q, ok := strings.Cut(f, "*")
 		n, err := strconv.Atoi(q)
 		if !ok || err != nil {
 			return pendingEntry{}, false
 		}
-		e.Lines = append(e.Lines, Line{SKU: sku, Qty: n})
+		if ls == "" {
+			ls = sku
+		}
+		e.Lines = append(e.Lines, Line{SKU: ls, Qty: n})
 	}
 	if e.Validate() != nil || pendingAttr(e.OrderID) != attr {
 		return pendingEntry{}, false
@@ -102,14 +134,59 @@ func decodeEntry(attr string, v types.AttributeValue) (pendingEntry, bool) {
 	return e, true
 }
 
-// pendingEntries returns the orders recorded on a stock item, oldest first (then by id).
-func pendingEntries(it map[string]types.AttributeValue) []pendingEntry {
+// A decided order's record is replaced by a marker of its decision ("=R" reserved, "=J"
+// rejected) in the decision transaction, and the marker removed by the next holder's: a
+// waiter that reads the item meanwhile learns its order's outcome without reading the
+// order item, and a copy of the order recorded again (a late duplicate) finds it decided
+// (its record is written only where there is none).
+const (
+	markerReserved = "=R"
+	markerRejected = "=J"
+)
+
+func decisionMarker(st Status) string {
+	if st == StatusReserved {
+		return markerReserved
+	}
+	return markerRejected
+}
+
+// markerStatus returns the decision a record attribute's value marks ("" when it is
+// not a marker).
+func markerStatus(v types.AttributeValue) Status {
+	s, _ := v.(*types.AttributeValueMemberS)
+	switch {
+	case s == nil:
+		return ""
+	case s.Value == markerReserved:
+		return StatusReserved
+	case s.Value == markerRejected:
+		return StatusRejected
+	}
+	return ""
+}
+
+// markers returns the decision markers on a stock item (attribute names).
+func markers(it map[string]types.AttributeValue) []string {
+	var out []string
+	for k, v := range it {
+		if strings.HasPrefix(k, PendingAttrPrefix) && markerStatus(v) != "" {
+			out = append(out, k)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// pendingEntries returns the orders recorded on sku's stock item, oldest first (then by
+// id); decision markers are not records.
+func pendingEntries(sku string, it map[string]types.AttributeValue) []pendingEntry {
 	var out []pendingEntry
 	for k, v := range it {
-		if !strings.HasPrefix(k, PendingAttrPrefix) {
+		if !strings.HasPrefix(k, PendingAttrPrefix) || markerStatus(v) != "" {
 			continue
 		}
-		if e, ok := decodeEntry(k, v); ok {
+		if e, ok := decodeEntry(sku, k, v); ok {
 			out = append(out, e)
 		}
 	}
@@ -122,15 +199,30 @@ func pendingEntries(it map[string]types.AttributeValue) []pendingEntry {
 	return out
 }
 
+// recordAttrs are the SetIfAbsent / publish attributes that record orders on sku's stock
+// item.
+func (s *Service) recordAttrs(sku string, orders []Order) map[string]types.AttributeValue {
+	now := s.now()
+	attrs := make(map[string]types.AttributeValue, len(orders))
+	for _, o := range orders {
+		attrs[pendingAttr(o.OrderID)] = encodeEntry(sku, o, now)
+	}
+	return attrs
+}
+
 // stockHold is one held stock item: its lease and what the locking read returned.
 type stockHold struct {
 	sku     string
 	lease   *lockcore.ItemLease
 	avail   int64
 	entries []pendingEntry // orders recorded on the item when it was read
+	markers []string       // decision markers on it then (removed by the first write)
 	since   time.Time
-	remove  []string // pending-order attributes the releasing write removes
 }
+
+// probeKey marks the context of a take that does not wait (a probe: the item found held
+// is an answer, not contention; see lockObserver).
+type probeKey struct{}
 
 // stockLockKey is the key a stock item is locked by: its own.
 func stockLockKey(sku string) map[string]types.AttributeValue { return stockKey(sku) }
@@ -142,12 +234,7 @@ func stockLockKey(sku string) map[string]types.AttributeValue { return stockKey(
 func (s *Service) holdStock(ctx context.Context, sku string, wait lockcore.WaitPolicy, lease time.Duration, record []Order) (*stockHold, error) {
 	opts := []lockcore.AcquireOption{wait, lockcore.LeaseDuration(lease)}
 	if len(record) > 0 {
-		now := s.now()
-		attrs := make(map[string]types.AttributeValue, len(record))
-		for _, o := range record {
-			attrs[pendingAttr(o.OrderID)] = encodeEntry(o, now)
-		}
-		opts = append(opts, lockcore.SetIfAbsent(attrs))
+		opts = append(opts, lockcore.SetIfAbsent(s.recordAttrs(sku, record)))
 	}
 	l, err := s.stock.Acquire(ctx, stockLockKey(sku), opts...)
 	if err != nil {
@@ -155,8 +242,16 @@ func (s *Service) holdStock(ctx context.Context, sku string, wait lockcore.WaitP
 	}
 	h := &stockHold{sku: sku, lease: l, since: s.now()}
 	h.avail, _ = getN(l.Item(), attrAvailable)
-	h.entries = pendingEntries(l.Item())
+	h.entries = pendingEntries(sku, l.Item())
+	h.markers = markers(l.Item())
 	return h, nil
+}
+
+// probeStock is holdStock without waiting, as a probe: finding the item held is an
+// answer (the caller records its orders, or decides without it), not contention, and is
+// not counted as such (MetricContention).
+func (s *Service) probeStock(ctx context.Context, sku string, lease time.Duration, record []Order) (*stockHold, error) {
+	return s.holdStock(context.WithValue(ctx, probeKey{}, true), sku, lockcore.NoWait(), lease, record)
 }
 
 // holdAllStock takes the stock items of skus (sorted: the canonical order, so two
@@ -195,12 +290,13 @@ func (s *Service) releaseHolds(ctx context.Context, holds map[string]*stockHold)
 }
 
 // stockUpdate is the transaction item that writes a held stock item: units moved from
-// available to reserved (conditioned on enough being available), the pending-order
-// records of h.remove removed, and with release the lock's holder attributes removed —
+// available to reserved (conditioned on enough being available), the attributes remove
+// removed, the records of mark replaced by decision markers, and with release the lock's
+// holder attributes removed —
 // the release, in the caller's transaction. Every form is conditioned on the lease
 // (HeldCondition), so a holder that lost it writes nothing. ok is false when there is
 // nothing to write.
-func (s *Service) stockUpdate(h *stockHold, units int64, release bool) (types.TransactWriteItem, bool) {
+func (s *Service) stockUpdate(h *stockHold, units int64, remove []string, mark map[string]string, release bool) (types.TransactWriteItem, bool) {
 	cond := h.lease.HeldCondition()
 	var upd expression.UpdateBuilder
 	any := false
@@ -210,8 +306,12 @@ func (s *Service) stockUpdate(h *stockHold, units int64, release bool) (types.Tr
 			Set(name(attrReserved), expression.Plus(expression.IfNotExists(name(attrReserved), value(0)), value(units)))
 		any = true
 	}
-	for _, a := range h.remove {
+	for _, a := range remove {
 		upd = upd.Remove(name(a))
+		any = true
+	}
+	for _, a := range slices.Sorted(maps.Keys(mark)) {
+		upd = upd.Set(name(a), value(mark[a]))
 		any = true
 	}
 	if release {
@@ -292,7 +392,7 @@ func (s *Service) AbandonedStock(ctx context.Context, minAge time.Duration) ([]A
 			}
 			until, _ := getN(it, a.Until)
 			ab := AbandonedStock{SKU: sku, Owner: getS(it, a.Owner), LeaseID: getS(it, a.LockedBy), Until: time.UnixMilli(until)}
-			for _, pe := range pendingEntries(it) {
+			for _, pe := range pendingEntries(sku, it) {
 				ab.Orders = append(ab.Orders, pe.Order)
 			}
 			out = append(out, ab)

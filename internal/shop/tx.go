@@ -23,8 +23,9 @@ const txAttempts = 5
 
 // txResult is the outcome of transact.
 type txResult struct {
-	failed    int  // index of the first item whose condition failed; -1 if none
-	ambiguous bool // an earlier attempt may have landed
+	failed    int   // index of the first item whose condition failed; -1 if none
+	all       []int // indexes of every item whose condition failed
+	ambiguous bool  // an earlier attempt may have landed
 }
 
 // transact runs one TransactWriteItems. On a condition failure it returns an error and
@@ -56,9 +57,12 @@ func (s *Service) transact(ctx context.Context, items []types.TransactWriteItem)
 		if codes := txReasons(err); codes != nil {
 			for i, c := range codes {
 				if c == "ConditionalCheckFailed" {
-					res.failed = i
-					return res, fmt.Errorf("shop: transaction: condition of item %d failed: %w", i, err)
+					res.all = append(res.all, i)
 				}
+			}
+			if len(res.all) > 0 {
+				res.failed = res.all[0]
+				return res, fmt.Errorf("shop: transaction: condition of item %d failed: %w", res.failed, err)
 			}
 			continue // TransactionConflict, throttling: nothing applied
 		}

@@ -155,8 +155,8 @@ func (f *fixture) stockHolder(t *testing.T, sku string) (string, []string) {
 	}
 	var ids []string
 	for k, v := range out.Item {
-		if s, ok := v.(*types.AttributeValueMemberS); ok && strings.HasPrefix(k, shop.PendingAttrPrefix) {
-			ids = append(ids, s.Value[strings.LastIndexByte(s.Value, '\n')+1:])
+		if s, ok := v.(*types.AttributeValueMemberS); ok && strings.HasPrefix(k, shop.PendingAttrPrefix) && !strings.HasPrefix(s.Value, "=") {
+			ids = append(ids, strings.TrimPrefix(k, shop.PendingAttrPrefix)) // plain order ids name their record
 		}
 	}
 	by, _ := out.Item[lockcore.DefaultItemAttributes.LockedBy].(*types.AttributeValueMemberS)

@@ -229,49 +229,6 @@ func TestRedeliveredBatchDecidedOnce(t *testing.T) {
 	}
 }
 
-// A batch that waits for an order lock (another copy of the order held it, and let it go
-// undecided) gets it handed over by the fair queue and decides the order; the batch's
-// other order is decided as usual. The decision is conditioned on the order lease with
-// lockcore.ItemLease.HeldCondition, which also holds for a handed-over lease that has not
-// written since (pinned in lockcore's TestItemHeldConditionInCallersTransaction).
-func TestHandedOverOrderLockIsDecided(t *testing.T) {
-	f := newFixture(t)
-	vis := &visibility{}
-	deadlineFixture(t, f, vis)
-	f.seed(t, map[string]int{"MUG-RED-350": 5})
-	il, err := lockcore.NewItemLocker(testenv.Client(t), f.tables.Orders, lockcore.WithOwner("orderprocessor-other"),
-		lockcore.WithMinLease(time.Second), lockcore.WithLease(2*time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
-	l, err := il.Acquire(context.Background(), map[string]types.AttributeValue{"orderId": &types.AttributeValueMemberS{Value: "x-2"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	go func() {
-		time.Sleep(500 * time.Millisecond)
-		_ = l.Release(context.Background())
-	}()
-	var ev events.SQSEvent
-	for i, b := range []string{
-		`{"orderId":"x-1","customerId":"c","lines":[{"sku":"MUG-RED-350","qty":1}]}`,
-		`{"orderId":"x-2","customerId":"c","lines":[{"sku":"MUG-RED-350","qty":2}]}`,
-	} {
-		ev.Records = append(ev.Records, orderMessage(i, b))
-	}
-	if failed := f.invoke(t, ev); len(failed) != 0 {
-		t.Fatalf("failures: %v\n%s", failed, f.logs)
-	}
-	for _, id := range []string{"x-1", "x-2"} {
-		if st := f.status(t, id); st != shop.StatusReserved {
-			t.Errorf("%s = %s, want RESERVED", id, st)
-		}
-	}
-	if got := f.stock(t, "MUG-RED-350"); got != [2]int{2, 3} {
-		t.Errorf("MUG stock = %v, want 2 available, 3 reserved", got)
-	}
-}
-
 // holdStock locks a SKU's stock item as another invocation would (lockcore's locking
 // read on the inventory table; lease 0: lockcore's default).
 func holdStock(t *testing.T, f *fixture, owner, sku string, lease time.Duration) *lockcore.ItemLease {
