@@ -31,6 +31,7 @@ type decisionAudit struct {
 	mu        sync.Mutex
 	decisions map[string][]string // order id -> statuses written
 	perTx     []int               // decisions per successful transaction
+	txOrders  [][]string          // the orders each of those decided
 }
 
 func newDecisionAudit(orders string) *decisionAudit {
@@ -55,6 +56,7 @@ func (a *decisionAudit) observe(tx *dynamodb.TransactWriteItemsInput) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	n := 0
+	var ids []string
 	for _, it := range tx.TransactItems {
 		if it.Update == nil || aws.ToString(it.Update.TableName) != a.orders {
 			continue
@@ -63,12 +65,14 @@ func (a *decisionAudit) observe(tx *dynamodb.TransactWriteItemsInput) {
 		for _, v := range it.Update.ExpressionAttributeValues {
 			if s, ok := v.(*types.AttributeValueMemberS); ok && (s.Value == "RESERVED" || s.Value == "REJECTED") {
 				a.decisions[id] = append(a.decisions[id], s.Value)
+				ids = append(ids, id)
 				n++
 			}
 		}
 	}
 	if n > 0 {
 		a.perTx = append(a.perTx, n)
+		a.txOrders = append(a.txOrders, ids)
 	}
 }
 
@@ -81,8 +85,10 @@ func (a *decisionAudit) observe(tx *dynamodb.TransactWriteItemsInput) {
 // fails goes back to the queue, as SQS would redeliver it. In the end every order is
 // decided exactly once (one decision write per order, whoever's transaction carried it),
 // stock is conserved (initial = available + reserved, reserved = the RESERVED orders'
-// units, nothing negative), no undecided order stays recorded, and transactions carried
-// several orders (combining happened).
+// units, nothing negative), no undecided order stays recorded, and some transaction
+// decided orders of different invocations together (orders that were never in one
+// batch: the combining across invocations; the service before it decided a batch's
+// group under its own locks only).
 func TestConcurrentDecidersWithCrashes(t *testing.T) {
 	e := newEnv(t)
 	audit := newDecisionAudit(e.t.Orders)
@@ -125,6 +131,8 @@ func TestConcurrentDecidersWithCrashes(t *testing.T) {
 	}
 	var outstanding atomic.Int64
 	outstanding.Store(int64(len(queue)))
+	var batchesMu sync.Mutex
+	var batches [][]shop.Order // every batch delivered, retries included
 
 	var (
 		wg                sync.WaitGroup
@@ -144,6 +152,9 @@ func TestConcurrentDecidersWithCrashes(t *testing.T) {
 				case <-time.After(50 * time.Millisecond):
 					continue
 				}
+				batchesMu.Lock()
+				batches = append(batches, batch)
+				batchesMu.Unlock()
 				n := invocation.Add(1)
 				opts := []shop.Option{shop.WithWaitBudget(3 * time.Second)}
 				died := errors.New("died")
@@ -209,7 +220,7 @@ func TestConcurrentDecidersWithCrashes(t *testing.T) {
 
 	check := e.service(t, "check")
 	audit.mu.Lock()
-	decisions, perTx := audit.decisions, slices.Clone(audit.perTx)
+	decisions, perTx, txOrders := audit.decisions, slices.Clone(audit.perTx), slices.Clone(audit.txOrders)
 	audit.mu.Unlock()
 	reserved := map[string]int{}
 	for _, o := range all {
@@ -246,15 +257,26 @@ func TestConcurrentDecidersWithCrashes(t *testing.T) {
 			}
 		}
 	}
-	combined := 0
-	for _, n := range perTx {
+	inOneBatch := func(ids []string) bool {
+		return slices.ContainsFunc(batches, func(b []shop.Order) bool {
+			return !slices.ContainsFunc(ids, func(id string) bool {
+				return !slices.ContainsFunc(b, func(o shop.Order) bool { return o.OrderID == id })
+			})
+		})
+	}
+	combined, across := 0, 0
+	for i, n := range perTx {
 		if n > 1 {
 			combined++
 		}
+		if !inOneBatch(txOrders[i]) {
+			across++
+		}
 	}
-	t.Logf("%d decision transactions, %d of them deciding more than one order (most %d)", len(perTx), combined, slices.Max(perTx))
-	if combined == 0 {
-		t.Errorf("no transaction decided more than one order")
+	t.Logf("%d decision transactions, %d of them deciding more than one order (most %d), %d of them orders of several invocations",
+		len(perTx), combined, slices.Max(perTx), across)
+	if across == 0 {
+		t.Errorf("no transaction decided orders of different invocations together")
 	}
 }
 
