@@ -381,13 +381,17 @@ func (c *crashPlan) survived() {
 	c.mu.Unlock()
 }
 
-func (c *crashPlan) crashed(leaseIDs []string) {
+// crashed records a crash that abandoned the SKU leases leaseIDs and, with orderLock, its
+// order's lock (the legacy mode locks order items; the turnstile run locks stock only).
+func (c *crashPlan) crashed(leaseIDs []string, orderLock bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.happened++
 	c.lastCrash = time.Now()
 	c.leasesInjected += len(leaseIDs)
-	c.orderLocks++
+	if orderLock {
+		c.orderLocks++
+	}
 	for _, id := range leaseIDs {
 		c.injected[id] = true
 	}
@@ -517,7 +521,7 @@ func (d *demo) runTurnstile(ctx context.Context, legacy bool) (*runResult, error
 			crashes.survived()
 			return
 		}
-		crashes.crashed(d.heldLeases(ctx, tables, legacy, env.owner, body))
+		crashes.crashed(d.heldLeases(ctx, tables, legacy, env.owner, body), legacy)
 	}
 
 	var invSeq atomic.Int64
@@ -689,7 +693,7 @@ func (d *demo) runBaseline(ctx context.Context) (*runResult, error) {
 	}
 	mapping.doomed = func(_ environment, died bool, _ string) {
 		if died {
-			crashes.crashed(nil)
+			crashes.crashed(nil, false)
 		} else {
 			crashes.survived()
 		}

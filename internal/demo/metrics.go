@@ -409,10 +409,20 @@ func (a *audit) decisionTimes() map[string]time.Time {
 	return out
 }
 
+// unseenCount counts the orders the service reported decided whose decision no
+// successful call was seen to write. An order reported before the write was seen — a
+// waiter that read its decision, written by another invocation's holder, before that
+// holder's call returned — is not one.
 func (a *audit) unseenCount() int {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	return len(a.unseen)
+	n := 0
+	for id := range a.unseen {
+		if len(a.decisions[id]) == 0 {
+			n++
+		}
+	}
+	return n
 }
 
 func deref(s *string) string {

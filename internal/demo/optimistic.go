@@ -500,7 +500,7 @@ func (d *demo) runOptimistic(ctx context.Context) (*runResult, error) {
 	}
 	mapping.doomed = func(_ environment, died bool, _ string) {
 		if died {
-			crashes.crashed(nil)
+			crashes.crashed(nil, false)
 		} else {
 			crashes.survived()
 		}

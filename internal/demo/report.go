@@ -229,8 +229,12 @@ func (r *Report) WriteText(w io.Writer) {
 	p("  stock conservation   %s: for every SKU, initial + adjustments = available + reserved, reserved = RESERVED orders", mark(r.InvariantsOK))
 	p("  lock wait            p50 %.1f ms, p99 %.1f ms; %d contended operations retried via batchItemFailures / async retry",
 		r.LockWaitP50Ms, r.LockWaitP99Ms, r.LockContention)
-	p("  holder crashes       %d injected (%d SKU leases and %d order locks abandoned)",
-		r.HolderCrashes, r.AbandonedLocksInjected, r.OrderItemLocksAbandoned)
+	if r.OrderItemLocksAbandoned > 0 {
+		p("  holder crashes       %d injected (%d SKU leases and %d order locks abandoned)",
+			r.HolderCrashes, r.AbandonedLocksInjected, r.OrderItemLocksAbandoned)
+	} else {
+		p("  holder crashes       %d injected (%d stock locks abandoned)", r.HolderCrashes, r.AbandonedLocksInjected)
+	}
 	p("  abandoned leases     %d of %d found by the janitor (stock sweep, lock table's stream); %d orders re-driven",
 		r.AbandonedLocksDetected, r.AbandonedLocksInjected, r.OrdersRedriven)
 	ttl := fmt.Sprintf("%d removed by DynamoDB Local's own TTL", r.TTLDeletions.ByEngine)

@@ -336,6 +336,11 @@ func (g *groupRun) decideGroup(ctx context.Context, group []*batchJob) error {
 		fail(group, err)
 		return nil
 	}
+	for _, j := range group {
+		// A decision marker where the order was to be recorded: it was decided before
+		// this copy came (a late duplicate).
+		j.dup = markerStatus(it[pendingAttr(j.order.OrderID)]) != ""
+	}
 	start := s.now()
 	// How long to wait for the holder before queueing: a couple of its critical
 	// sections at least, a third of the wait budget at most (a short budget queues soon:
@@ -355,10 +360,15 @@ func (g *groupRun) decideGroup(ctx context.Context, group []*batchJob) error {
 			switch st := markerStatus(v); {
 			case !ok:
 				gone = append(gone, j)
-			case st == StatusReserved:
-				g.finish(j, Outcome{Status: StatusReserved}, nil)
-			case st == StatusRejected:
-				g.finish(j, Outcome{Status: StatusRejected, Reason: reasonElsewhere}, nil)
+			case st != "":
+				if j.dup {
+					s.count(ctx, MetricOrdersDuplicate)
+				}
+				out := Outcome{Status: st, Duplicate: j.dup}
+				if st == StatusRejected {
+					out.Reason = reasonElsewhere
+				}
+				g.finish(j, out, nil)
 			default:
 				waiting = append(waiting, j)
 			}
@@ -544,7 +554,7 @@ func (g *groupRun) lead(ctx, hbCtx context.Context, stopHB func(), group []*batc
 			g.finish(j, Outcome{}, r.err)
 		case ok && r.elsewhere && !r.known:
 			// Decided meanwhile by another holder; its outcome is on its order item.
-			j.dup = !waited
+			j.dup = j.dup || !waited
 			left, err := g.learnOutcomes(ctx, []*batchJob{j})
 			if err == nil && len(left) > 0 {
 				err = fmt.Errorf("shop: order %s: refused as decided, but it is not (%w)", j.order.OrderID, ErrBusy)
@@ -554,7 +564,7 @@ func (g *groupRun) lead(ctx, hbCtx context.Context, stopHB func(), group []*batc
 			}
 		case ok && r.elsewhere:
 			out := r.out
-			out.Duplicate = !waited
+			out.Duplicate = j.dup || !waited
 			if out.Duplicate {
 				s.count(ctx, MetricOrdersDuplicate)
 			}
