@@ -231,8 +231,8 @@ func (in *Inspector) ForceRelease(ctx context.Context, key string, opts ForceOpt
 			upd, err = in.forceTicket(cur, rowKey, &target, rec, now)
 		}
 		if err == nil && token != 0 && rec.Token.Token != token {
-			err = in.notHeld(key, opts.Namespace, opts.Strategy, fmt.Sprintf("%s (token %d)", target, int64(token)),
-				fmt.Sprintf("its token is %d", int64(rec.Token.Token)))
+			err = in.notHeld(key, opts.Namespace, opts.Strategy, fmt.Sprintf("%s (token %s)", target, token),
+				fmt.Sprintf("its token is %s", rec.Token.Token))
 		}
 		if err == nil && pinned && attrS(cur, attrLife) != life {
 			err = in.notHeld(key, opts.Namespace, opts.Strategy, target, "the lock row was deleted and created again")
