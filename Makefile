@@ -66,11 +66,19 @@ test: lint engine-deps awspeer sam-validate sam-build vuln ## Lint, SAM validate
 # run against the engine DYNAMODB_ENDPOINT names, which `ddblocal exec` starts (and stops)
 # for them unless it is already set.
 .PHONY: test-lockcore
-test-lockcore: engine-deps ## The lockcore module's tests with -race, then without it, on an engine of their own.
+# The two passes run side by side, each on an engine of its own: they spend most of their
+# time waiting (leases, pacing), so together they take little longer than one.
+test-lockcore: engine-deps ## The lockcore module's tests with -race and without it (side by side), each on an engine of its own.
 	@mkdir -p $(BIN_DIR)
 	@$(GO) build -o $(BIN_DIR)/ddblocal ./cmd/ddblocal
-	cd $(LOCKCORE) && $(BIN_DIR)/ddblocal exec -- $(GO) test $(TEST_FLAGS) ./...
-	cd $(LOCKCORE) && $(BIN_DIR)/ddblocal exec -- $(GO) test $(NORACE_FLAGS) ./...
+	@cd $(LOCKCORE) && log=$$(mktemp) && \
+	  echo "test-lockcore: go test $(NORACE_FLAGS) ./... (without -race) runs beside the -race pass; its output follows that pass" && \
+	  { $(BIN_DIR)/ddblocal exec -- $(GO) test $(NORACE_FLAGS) ./... >"$$log" 2>&1 & pid=$$!; } && \
+	  echo "cd $(LOCKCORE) && go test $(TEST_FLAGS) ./..." && \
+	  $(BIN_DIR)/ddblocal exec -- $(GO) test $(TEST_FLAGS) ./...; race=$$?; \
+	  wait $$pid; norace=$$?; \
+	  echo "test-lockcore: without -race:"; cat "$$log"; rm -f "$$log"; \
+	  [ $$race -eq 0 ] && [ $$norace -eq 0 ]
 
 # ---------------------------------------------------------------------------------------------
 # Vulnerabilities (issue #13): govulncheck on the source (./...) and on the built bootstraps.
