@@ -25,6 +25,9 @@
 //
 // With a fresh engine the tables start empty and vanish afterwards (use -seed); start one
 // with `make engine` and export DYNAMODB_ENDPOINT to keep state between invocations.
+//
+// -tables only creates the tables (and applies -seed) at DYNAMODB_ENDPOINT and exits: the
+// set-up step of `sam local invoke` with DynamoDB Local in Docker (docs/local-invoke.md).
 package main
 
 import (
@@ -68,6 +71,7 @@ type config struct {
 	envVars          string // sam local invoke --env-vars file
 	logLevel         string // overrides the template's LoggingConfig.ApplicationLogLevel
 	seed             string // seed file (events/seed-inventory.json) applied before invoking
+	tablesOnly       bool   // create the tables (and apply seed) at DYNAMODB_ENDPOINT, invoke nothing
 }
 
 func main() {
@@ -81,12 +85,18 @@ func main() {
 	flag.StringVar(&c.envVars, "env-vars", "", `JSON file of environment overrides, as for sam local invoke: {"FunctionLogicalId": {"VAR": "value"}, "Parameters": {...}}`)
 	flag.StringVar(&c.logLevel, "log-level", "", "the function's log level: DEBUG, INFO, WARN or ERROR (default: the template's)")
 	flag.StringVar(&c.seed, "seed", "", `seed file applied to the tables before invoking, e.g. events/seed-inventory.json ({"inventory": [{"sku": ..., "available": n}]})`)
+	flag.BoolVar(&c.tablesOnly, "tables", false, "only create the template's tables (named for -stage) at DYNAMODB_ENDPOINT and apply -seed, then exit: the tables sam local invoke uses (docs/local-invoke.md)")
 	flag.Usage = func() {
-		fmt.Fprintf(flag.CommandLine.Output(), "usage: invoke -fn <LogicalId> -event <file.json> [flags]\n")
+		fmt.Fprintf(flag.CommandLine.Output(), "usage: invoke -fn <LogicalId> -event <file.json> [flags]\n       invoke -tables [-seed <file.json>] [-stage <stage>]\n")
 		flag.PrintDefaults()
 	}
 	flag.Parse()
-	if c.fn == "" || c.event == "" || flag.NArg() > 0 {
+	if c.tablesOnly {
+		if c.fn != "" || c.event != "" || flag.NArg() > 0 {
+			flag.Usage()
+			os.Exit(exitSetup)
+		}
+	} else if c.fn == "" || c.event == "" || flag.NArg() > 0 {
 		flag.Usage()
 		os.Exit(exitSetup)
 	}
@@ -104,11 +114,47 @@ func run(ctx context.Context, c config, stdout, stderr io.Writer) (int, error) {
 	if err != nil {
 		return exitSetup, err
 	}
+	if c.tablesOnly {
+		return setupTables(ctx, c, tpl, stderr)
+	}
 	root, err := template.FindRoot()
 	if err != nil {
 		return exitSetup, err
 	}
 	return invoke(ctx, c, tpl, root, "", stdout, stderr)
+}
+
+// setupTables creates the template's tables, named for c.stage, at DYNAMODB_ENDPOINT unless
+// they exist, and applies c.seed: the local stack that functions run by sam local invoke use
+// (events/env.docker.json names these tables for stage "local").
+func setupTables(ctx context.Context, c config, tpl *template.Template, stderr io.Writer) (int, error) {
+	endpoint := os.Getenv(ddblocal.EnvEndpoint)
+	if endpoint == "" {
+		return exitSetup, errors.New("-tables needs DYNAMODB_ENDPOINT, the engine to create the tables in (one started here would stop, tables and all, when invoke exits)")
+	}
+	local := stack.Local{Parameters: map[string]string{"Stage": c.stage}, Region: region, AccountID: accountID, StreamArns: map[string]string{}}
+	vals, err := local.Values(tpl)
+	if err != nil {
+		return exitSetup, err
+	}
+	if err := createTables(ctx, tpl, vals, endpoint, local.StreamArns, stderr); err != nil {
+		return exitSetup, err
+	}
+	if c.seed != "" {
+		if err := seed(ctx, c.seed, endpoint, vals, stderr); err != nil {
+			return exitSetup, err
+		}
+	}
+	specs, err := tpl.Tables()
+	if err != nil {
+		return exitSetup, err
+	}
+	names := make([]string, 0, len(specs))
+	for _, spec := range specs {
+		names = append(names, vals.Refs[spec.LogicalID])
+	}
+	fmt.Fprintf(stderr, "invoke: tables ready at %s: %s\n", endpoint, strings.Join(names, ", "))
+	return 0, nil
 }
 
 // invoke runs function c.fn of tpl; pkg overrides the function's main package (relative to
@@ -213,6 +259,14 @@ func invoke(ctx context.Context, c config, tpl *template.Template, root, pkg str
 			fmt.Fprintf(stderr, "invoke: env-vars: %s ignored: %s declares no such variable (as with sam local invoke)\n", k, c.fn)
 		}
 	}
+	// DYNAMODB_ENDPOINT is invoke's to set: the engine it created the tables in. The template
+	// declares it empty (so that sam local invoke --env-vars can set it); an env-vars file's
+	// value, such as events/env.docker.json's name on a Docker network, is not used here.
+	if v := env[ddblocal.EnvEndpoint]; v != "" && v != endpoint {
+		fmt.Fprintf(stderr, "invoke: env-vars: %s=%s ignored: the function uses the engine invoke set up, %s (set DYNAMODB_ENDPOINT in the shell to choose the engine)\n",
+			ddblocal.EnvEndpoint, v, endpoint)
+	}
+	delete(env, ddblocal.EnvEndpoint)
 	if c.seed != "" {
 		if err := seed(ctx, c.seed, endpoint, vals, stderr); err != nil {
 			return exitSetup, err

@@ -42,7 +42,7 @@ const (
 //   - Inside Lambda (see InLambda), an endpoint override that is not a loopback address is
 //     refused with an error (see CheckEndpointOverrides): whoever can change a function's
 //     environment must not be able to send its signed requests, and the data they carry,
-//     to another host.
+//     to another host. Under `sam local invoke` DYNAMODB_ENDPOINT may also be DockerEndpoint.
 func AWSConfig(ctx context.Context, optFns ...func(*config.LoadOptions) error) (aws.Config, error) {
 	if err := CheckEndpointOverrides(); err != nil {
 		return aws.Config{}, err
@@ -108,6 +108,26 @@ var EndpointOverrideEnvs = []string{
 	"AWS_ENDPOINT_URL_SQS",
 }
 
+// DockerEndpoint is the one DYNAMODB_ENDPOINT besides loopback that a function accepts inside
+// Lambda, and only under `sam local invoke` (see SAMLocal): DynamoDB Local running as the
+// container named dynamodb-local on the user-defined Docker network that `sam local invoke
+// --docker-network` attaches the function's container to (docs/local-invoke.md). Inside that
+// container 127.0.0.1 is the container itself, so the loopback rule alone leaves Docker users
+// only --docker-network host, which Docker Desktop does not offer everywhere. The value is
+// compared exactly: no other name, port or scheme.
+const DockerEndpoint = "http://dynamodb-local:8000"
+
+// SAMLocal reports whether the process runs in the Lambda container of `sam local invoke`
+// (or `sam local start-lambda`): SAM CLI sets AWS_SAM_LOCAL=true there, and Lambda proper
+// always sets AWS_LAMBDA_INITIALIZATION_TYPE (on-demand, provisioned-concurrency, ...), a
+// reserved variable that a function's configuration can neither set nor remove, which SAM CLI
+// and its runtime interface emulator do not set. AWS_SAM_LOCAL alone could be added to a
+// deployed function's environment; the reserved variable is what keeps a deployed function
+// from ever taking DockerEndpoint.
+func SAMLocal() bool {
+	return os.Getenv("AWS_SAM_LOCAL") == "true" && os.Getenv("AWS_LAMBDA_INITIALIZATION_TYPE") == ""
+}
+
 // InLambda reports whether the process runs as a Lambda function (or in an emulation of
 // the Lambda runtime, such as cmd/invoke's): the runtime sets AWS_LAMBDA_FUNCTION_NAME and
 // AWS_LAMBDA_RUNTIME_API.
@@ -117,8 +137,12 @@ func InLambda() bool {
 
 // CheckEndpointOverrides returns an error when the process runs in Lambda (InLambda) and an
 // endpoint override of EndpointOverrideEnvs points anywhere but a loopback address
-// (127.0.0.0/8, ::1 or the name localhost). Outside Lambda every endpoint is allowed:
-// developers point the tools at DynamoDB Local, Alternator or a test account.
+// (127.0.0.0/8, ::1 or the name localhost). The one exception is DYNAMODB_ENDPOINT set to
+// exactly DockerEndpoint under `sam local invoke` (SAMLocal). Outside Lambda every endpoint
+// is allowed: developers point the tools at DynamoDB Local, Alternator or a test account. An
+// empty value is no override (the template declares DYNAMODB_ENDPOINT empty, so that
+// `sam local invoke --env-vars` may set it; deployed, it stays empty and the functions use
+// the regional endpoint).
 func CheckEndpointOverrides() error {
 	if !InLambda() {
 		return nil
@@ -128,8 +152,14 @@ func CheckEndpointOverrides() error {
 		if v == "" {
 			continue
 		}
+		if k == EndpointEnv && v == DockerEndpoint {
+			if SAMLocal() {
+				continue
+			}
+			return fmt.Errorf("obs: %s=%q refused inside Lambda: that endpoint is accepted only under sam local invoke (AWS_SAM_LOCAL=true, and no AWS_LAMBDA_INITIALIZATION_TYPE, which Lambda itself always sets)", k, v)
+		}
 		if err := loopbackURL(v); err != nil {
-			return fmt.Errorf("obs: %s=%q refused inside Lambda: %w; only a loopback endpoint (127.0.0.0/8, ::1, localhost) may override the AWS endpoints there", k, v, err)
+			return fmt.Errorf("obs: %s=%q refused inside Lambda: %w; only a loopback endpoint (127.0.0.0/8, ::1, localhost) may override the AWS endpoints there, or %s=%s under sam local invoke (docs/local-invoke.md)", k, v, err, EndpointEnv, DockerEndpoint)
 		}
 	}
 	return nil

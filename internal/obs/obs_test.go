@@ -78,7 +78,8 @@ func isolateAWSEnv(t *testing.T) {
 		"AWS_DEFAULT_PROFILE", "AWS_REGION", "AWS_DEFAULT_REGION", "AWS_WEB_IDENTITY_TOKEN_FILE", "AWS_ROLE_ARN",
 		"AWS_CONTAINER_CREDENTIALS_FULL_URI", "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI", "AWS_ENDPOINT_URL",
 		"AWS_ENDPOINT_URL_DYNAMODB", "AWS_XRAY_SDK_DISABLED", "AWS_LAMBDA_FUNCTION_NAME", "LAMBDA_TASK_ROOT",
-		"AWS_XRAY_DAEMON_ADDRESS", "AWS_XRAY_CONTEXT_MISSING"} {
+		"AWS_XRAY_DAEMON_ADDRESS", "AWS_XRAY_CONTEXT_MISSING", "AWS_SAM_LOCAL", "AWS_LAMBDA_INITIALIZATION_TYPE",
+		"AWS_LAMBDA_RUNTIME_API"} {
 		t.Setenv(k, "")
 	}
 	t.Setenv("AWS_CONFIG_FILE", filepath.Join(dir, "config"))
@@ -336,5 +337,103 @@ func TestStdLogWriterDemotesRuntimeErrorReport(t *testing.T) {
 	log.New(StdLogWriter(l), "", 0).Printf("%s", `{"errorMessage":"m","errorType":"InvalidEventError","stackTrace":[]}`)
 	if !strings.Contains(buf.String(), `"level":"DEBUG","message":"runtime error report","payload":{"errorMessage":"m"`) {
 		t.Errorf("at DEBUG: %s", buf.String())
+	}
+}
+
+// TestDockerEndpointOnlyUnderSAMLocal: the endpoint of the documented `sam local invoke`
+// setup (docs/local-invoke.md: DynamoDB Local as container dynamodb-local on the network
+// given to --docker-network) is accepted inside the Lambda emulation of SAM CLI, exactly as
+// written, for DYNAMODB_ENDPOINT only; in Lambda proper (AWS_LAMBDA_INITIALIZATION_TYPE, a
+// reserved variable Lambda always sets) or without AWS_SAM_LOCAL it is refused, and so is
+// every other name.
+func TestDockerEndpointOnlyUnderSAMLocal(t *testing.T) {
+	samLocal := map[string]string{"AWS_LAMBDA_FUNCTION_NAME": "OrderProcessorFunction", "AWS_SAM_LOCAL": "true"}
+	with := func(base map[string]string, kv ...string) map[string]string {
+		m := map[string]string{}
+		for k, v := range base {
+			m[k] = v
+		}
+		for i := 0; i+1 < len(kv); i += 2 {
+			m[kv[i]] = kv[i+1]
+		}
+		return m
+	}
+	tests := []struct {
+		name    string
+		env     map[string]string
+		wantErr string // "" = accepted
+	}{
+		{"sam local, documented endpoint", with(samLocal, EndpointEnv, DockerEndpoint), ""},
+		{"sam local, runtime api marker only", map[string]string{"AWS_LAMBDA_RUNTIME_API": "127.0.0.1:9001", "AWS_SAM_LOCAL": "true", EndpointEnv: DockerEndpoint}, ""},
+		{"sam local, loopback still accepted", with(samLocal, EndpointEnv, "http://127.0.0.1:8000"), ""},
+		{"deployed function (Lambda sets the initialization type)", with(samLocal, EndpointEnv, DockerEndpoint, "AWS_LAMBDA_INITIALIZATION_TYPE", "on-demand"), "only under sam local invoke"},
+		{"lambda without AWS_SAM_LOCAL", map[string]string{"AWS_LAMBDA_FUNCTION_NAME": "f", EndpointEnv: DockerEndpoint}, "only under sam local invoke"},
+		{"AWS_SAM_LOCAL not true", map[string]string{"AWS_LAMBDA_FUNCTION_NAME": "f", "AWS_SAM_LOCAL": "1", EndpointEnv: DockerEndpoint}, "only under sam local invoke"},
+		{"other port", with(samLocal, EndpointEnv, "http://dynamodb-local:8001"), "refused inside Lambda"},
+		{"https", with(samLocal, EndpointEnv, "https://dynamodb-local:8000"), "refused inside Lambda"},
+		{"trailing path", with(samLocal, EndpointEnv, DockerEndpoint+"/"), "refused inside Lambda"},
+		{"upper case name", with(samLocal, EndpointEnv, "http://DynamoDB-Local:8000"), "refused inside Lambda"},
+		{"look-alike name", with(samLocal, EndpointEnv, "http://dynamodb-local.attacker.example:8000"), "refused inside Lambda"},
+		{"userinfo trick", with(samLocal, EndpointEnv, "http://dynamodb-local:8000@198.51.100.7:8000"), "refused inside Lambda"},
+		{"host.docker.internal", with(samLocal, EndpointEnv, "http://host.docker.internal:8000"), "refused inside Lambda"},
+		{"private address", with(samLocal, EndpointEnv, "http://172.18.0.2:8000"), "refused inside Lambda"},
+		{"sdk dynamodb override", with(samLocal, "AWS_ENDPOINT_URL_DYNAMODB", DockerEndpoint), "refused inside Lambda"},
+		{"sdk generic override", with(samLocal, "AWS_ENDPOINT_URL", DockerEndpoint), "refused inside Lambda"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			isolateAWSEnv(t)
+			for _, k := range EndpointOverrideEnvs {
+				t.Setenv(k, "")
+			}
+			for k, v := range tt.env {
+				t.Setenv(k, v)
+			}
+			err := CheckEndpointOverrides()
+			if tt.wantErr == "" {
+				if err != nil {
+					t.Fatalf("refused: %v", err)
+				}
+				cfg, err := AWSConfig(context.Background())
+				if err != nil {
+					t.Fatalf("AWSConfig: %v", err)
+				}
+				if ep := aws.ToString(dynamodb.NewFromConfig(cfg).Options().BaseEndpoint); ep != tt.env[EndpointEnv] {
+					t.Errorf("DynamoDB endpoint = %q, want %q", ep, tt.env[EndpointEnv])
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+				t.Fatalf("CheckEndpointOverrides() = %v, want an error containing %q", err, tt.wantErr)
+			}
+			if _, cerr := AWSConfig(context.Background()); cerr == nil {
+				t.Fatal("AWSConfig accepted what CheckEndpointOverrides refuses")
+			}
+		})
+	}
+}
+
+// TestDeclaredEmptyEndpointInsideLambda: template.yaml declares DYNAMODB_ENDPOINT with an
+// empty value (so that sam local invoke --env-vars can set it). A deployed function gets it
+// empty, which must mean what unset meant: no override, no refusal, the default credential
+// chain (no static local credentials).
+func TestDeclaredEmptyEndpointInsideLambda(t *testing.T) {
+	isolateAWSEnv(t)
+	t.Setenv("AWS_LAMBDA_FUNCTION_NAME", "turnstile-prod-order-processor")
+	t.Setenv("AWS_LAMBDA_INITIALIZATION_TYPE", "on-demand")
+	t.Setenv("AWS_REGION", "eu-west-1")
+	t.Setenv(EndpointEnv, "")
+	cfg, err := AWSConfig(context.Background())
+	if err != nil {
+		t.Fatalf("AWSConfig with DYNAMODB_ENDPOINT empty: %v", err)
+	}
+	if ep := dynamodb.NewFromConfig(cfg).Options().BaseEndpoint; ep != nil {
+		t.Errorf("DynamoDB endpoint overridden to %q by an empty DYNAMODB_ENDPOINT", *ep)
+	}
+	if cfg.Region != "eu-west-1" {
+		t.Errorf("region = %q, want the environment's", cfg.Region)
+	}
+	if creds, err := cfg.Credentials.Retrieve(context.Background()); err == nil && creds.AccessKeyID == LocalAccessKeyID {
+		t.Errorf("static local credentials used with an empty DYNAMODB_ENDPOINT")
 	}
 }
