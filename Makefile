@@ -263,10 +263,11 @@ local-tables: ## Create the template's tables (stage local) at DYNAMODB_ENDPOINT
 	@$(MAKE) invoke-tool
 	@$(BIN_DIR)/invoke -tables $(if $(filter %.json,$(SEED)),-seed '$(SEED)')
 
-# cmd/invoke itself.
+# cmd/invoke itself; its first build compiles the AWS SDK, minutes without output, so say so.
 .PHONY: invoke-tool
 invoke-tool:
 	@mkdir -p $(BIN_DIR)
+	@[ -x $(BIN_DIR)/invoke ] || echo "invoke: building ./cmd/invoke (the first build compiles the AWS SDK: a few minutes)"
 	@$(GO) build -o $(BIN_DIR)/invoke ./cmd/invoke
 
 .PHONY: deploy

@@ -155,7 +155,7 @@ func TestInvokeSetupErrors(t *testing.T) {
 		{"unknown function", "NopeFunction", good, "", "no such resource"},
 		{"not a function", "LockTable", good, "", "resource type"},
 		{"missing event", "JanitorFunction", filepath.Join(t.TempDir(), "none.json"), "", "reading the event"},
-		{"invalid event", "JanitorFunction", bad, "", "not valid JSON"},
+		{"invalid event", "JanitorFunction", bad, "", "not valid JSON: line 1, column 12: unexpected end of JSON input"},
 		{"missing package", "JanitorFunction", good, "functions/does-not-exist", "does not exist"},
 	}
 	for _, tt := range tests {
@@ -200,6 +200,12 @@ func TestFakeSQSSpeaksTheSDKProtocol(t *testing.T) {
 	other := f.URL() + "/123456789012/unknown"
 	if _, err := client.SendMessage(ctx, &sqs.SendMessageInput{QueueUrl: &other, MessageBody: aws.String("x")}); err == nil || !strings.Contains(err.Error(), "QueueDoesNotExist") {
 		t.Errorf("send to an unknown queue: %v", err)
+	}
+	if _, err := client.ChangeMessageVisibility(ctx, &sqs.ChangeMessageVisibilityInput{QueueUrl: &url, ReceiptHandle: aws.String("rh-1"), VisibilityTimeout: 2}); err != nil {
+		t.Errorf("ChangeMessageVisibility: %v", err)
+	}
+	if vc := f.visibilityChanges(); len(vc) != 1 || vc[0].ReceiptHandle != "rh-1" || vc[0].VisibilityTimeout != 2 {
+		t.Errorf("visibility changes = %+v", vc)
 	}
 	msgs := f.messages()
 	if len(msgs) != 3 || msgs[0].Body != `{"orderId":"ord-1"}` || msgs[2].Body != "two" {
@@ -302,8 +308,8 @@ func TestInvokeRefusesEventOfAnotherTrigger(t *testing.T) {
 		if !listed[name] && notEvents[name] == "" {
 			t.Errorf("events/%s: not listed for any function (add it to forFunction, or to notEvents if it is no event)", name)
 		}
-		if !json.Valid(mustRead(t, file)) {
-			t.Errorf("events/%s: not valid JSON", name)
+		if err := checkJSON(mustRead(t, file)); err != nil {
+			t.Errorf("events/%s: %v", name, err)
 		}
 	}
 	for name := range notEvents {
@@ -386,7 +392,8 @@ func TestInvokeSeedEnvVarsAndLogLevel(t *testing.T) {
 	}
 	for _, s := range []string{"invoke: seeded MUG-RED-350: 40 available", `"status":"RESERVED"`,
 		"env-vars: OrderProcessorFunction.UNDECLARED ignored",
-		"env-vars: DYNAMODB_ENDPOINT=http://dynamodb-local:8000 ignored: the function uses the engine invoke set up, " + testenv.Endpoint()} {
+		"env-vars: DYNAMODB_ENDPOINT=http://dynamodb-local:8000 ignored: the function uses the engine invoke set up, " + testenv.Endpoint(),
+		"invoke: building OrderProcessorFunction from ./functions/orderprocessor"} {
 		if !strings.Contains(stderr.String(), s) {
 			t.Errorf("stderr lacks %q:\n%s", s, stderr.String())
 		}

@@ -28,6 +28,8 @@
 //
 // -tables only creates the tables (and applies -seed) at DYNAMODB_ENDPOINT and exits: the
 // set-up step of `sam local invoke` with DynamoDB Local in Docker (docs/local-invoke.md).
+//
+// The first run prints what it does while it builds: compiling the AWS SDK takes minutes.
 package main
 
 import (
@@ -199,7 +201,8 @@ func invoke(ctx context.Context, c config, tpl *template.Template, root, pkg str
 	}
 	defer os.RemoveAll(tmp)
 	bin := filepath.Join(tmp, "bootstrap")
-	if err := build(ctx, root, pkg, bin, stderr); err != nil {
+	fmt.Fprintf(stderr, "invoke: building %s from ./%s for this machine\n", c.fn, pkg)
+	if err := build(ctx, root, pkg, bin, stderr, slowBuildNotice); err != nil {
 		return exitSetup, err
 	}
 
@@ -211,7 +214,7 @@ func invoke(ctx context.Context, c config, tpl *template.Template, root, pkg str
 
 	endpoint := os.Getenv(ddblocal.EnvEndpoint)
 	if endpoint == "" {
-		fmt.Fprintln(stderr, "invoke: starting DynamoDB Local (set DYNAMODB_ENDPOINT to reuse a running engine)")
+		fmt.Fprintln(stderr, "invoke: starting DynamoDB Local (the first run fetches it with Maven; set DYNAMODB_ENDPOINT to reuse a running engine)")
 		eng, err := ddblocal.Start(ctx, ddblocal.Options{})
 		if err != nil {
 			return exitSetup, fmt.Errorf("starting DynamoDB Local: %w", err)
@@ -311,6 +314,17 @@ func invoke(ctx context.Context, c config, tpl *template.Template, root, pkg str
 	if err != nil {
 		return exitSetup, err
 	}
+	if vc := sqs.visibilityChanges(); len(vc) > 0 {
+		lo, hi := vc[0].VisibilityTimeout, vc[0].VisibilityTimeout
+		for _, c := range vc {
+			lo, hi = min(lo, c.VisibilityTimeout), max(hi, c.VisibilityTimeout)
+		}
+		span := fmt.Sprintf("%d s", lo)
+		if hi != lo {
+			span = fmt.Sprintf("%d-%d s", lo, hi)
+		}
+		fmt.Fprintf(stderr, "invoke: visibility of %d returned message(s) set to %s (ChangeMessageVisibility, recorded by the SQS stand-in): SQS would deliver them again then\n", len(vc), span)
+	}
 	report := fmt.Sprintf("REPORT RequestId: %s Duration: %.2f ms Init Duration: %.2f ms Memory Size: %d MB",
 		res.RequestID, ms(res.Duration), ms(res.InitDuration), opts.MemoryMB)
 	if n := len(sqs.messages()); n > 0 {
@@ -342,21 +356,74 @@ func readEvent(path string) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("reading the event: %w", err)
 	}
-	if !json.Valid(data) {
-		return nil, fmt.Errorf("event %s is not valid JSON", path)
+	if err := checkJSON(data); err != nil {
+		return nil, fmt.Errorf("event %s is not valid JSON: %w", path, err)
 	}
 	return data, nil
 }
 
+// checkJSON returns nil for one valid JSON value, else an error naming the line and column
+// (1-based, columns in bytes) where the parser stopped, e.g. "line 7, column 12: invalid
+// character '}' looking for beginning of object key string".
+func checkJSON(data []byte) error {
+	if json.Valid(data) {
+		return nil
+	}
+	var v any
+	err := json.Unmarshal(data, &v)
+	var syn *json.SyntaxError
+	switch {
+	case errors.As(err, &syn):
+		line, col := lineCol(data, syn.Offset)
+		return fmt.Errorf("line %d, column %d: %v", line, col, syn)
+	case err != nil:
+		return err
+	}
+	return errors.New("not one JSON value")
+}
+
+// lineCol converts a byte offset of data (json.SyntaxError.Offset: the bytes read before the
+// error, so the offending byte is the last of them) into a 1-based line and column.
+func lineCol(data []byte, offset int64) (line, col int) {
+	if offset > int64(len(data)) {
+		offset = int64(len(data))
+	}
+	if offset > 0 {
+		offset-- // the offending byte itself
+	}
+	before := data[:offset]
+	line = bytes.Count(before, []byte("\n")) + 1
+	col = int(offset) - (bytes.LastIndexByte(before, '\n') + 1) + 1
+	return line, col
+}
+
+// slowBuildNotice is how long a build runs before invoke says why it takes so long.
+const slowBuildNotice = 10 * time.Second
+
 // build compiles the function for this machine (the Lambda build is GOOS=linux GOARCH=arm64;
 // here the binary runs on the host), with the same tags as the Makefile's build targets.
-func build(ctx context.Context, root, pkg, out string, stderr io.Writer) error {
+// A build still running after notice gets one line on stderr saying why: the first one
+// compiles the AWS SDK, which takes minutes, with no other output meanwhile.
+func build(ctx context.Context, root, pkg, out string, stderr io.Writer, notice time.Duration) error {
 	cmd := exec.CommandContext(ctx, "go", "build", "-tags", "lambda.norpc", "-trimpath", "-o", out, "./"+pkg)
 	cmd.Dir = root
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	var buf bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &buf, &buf
-	if err := cmd.Run(); err != nil {
+	done := make(chan struct{})
+	noticed := make(chan struct{})
+	go func() {
+		defer close(noticed)
+		select {
+		case <-done:
+		case <-time.After(notice):
+			fmt.Fprintf(stderr, "invoke: still building ./%s: the first build compiles the AWS SDK and takes a few minutes; later builds take seconds\n", pkg)
+		}
+	}()
+	err := cmd.Run()
+	close(done)
+	<-noticed // stderr is ours again
+	if err != nil {
 		_, _ = stderr.Write(buf.Bytes())
 		return fmt.Errorf("building ./%s: %w", pkg, err)
 	}
