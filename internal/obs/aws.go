@@ -43,6 +43,7 @@ const (
 //     refused with an error (see CheckEndpointOverrides): whoever can change a function's
 //     environment must not be able to send its signed requests, and the data they carry,
 //     to another host. Under `sam local invoke` DYNAMODB_ENDPOINT may also be DockerEndpoint.
+//   - The SDK's log messages go to Logger() (JSON, with the request id), through SDKLogger.
 func AWSConfig(ctx context.Context, optFns ...func(*config.LoadOptions) error) (aws.Config, error) {
 	if err := CheckEndpointOverrides(); err != nil {
 		return aws.Config{}, err
@@ -67,6 +68,7 @@ func AWSConfig(ctx context.Context, optFns ...func(*config.LoadOptions) error) (
 		}
 		cfg.ServiceOptions = append(cfg.ServiceOptions, dynamoDBEndpoint(endpoint))
 	}
+	cfg.Logger = SDKLogger(Logger())
 	InstrumentAWS(&cfg)
 	return cfg, nil
 }
