@@ -79,7 +79,7 @@ func isolateAWSEnv(t *testing.T) {
 		"AWS_CONTAINER_CREDENTIALS_FULL_URI", "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI", "AWS_ENDPOINT_URL",
 		"AWS_ENDPOINT_URL_DYNAMODB", "AWS_XRAY_SDK_DISABLED", "AWS_LAMBDA_FUNCTION_NAME", "LAMBDA_TASK_ROOT",
 		"AWS_XRAY_DAEMON_ADDRESS", "AWS_XRAY_CONTEXT_MISSING", "AWS_SAM_LOCAL", "AWS_LAMBDA_INITIALIZATION_TYPE",
-		"AWS_LAMBDA_RUNTIME_API"} {
+		"AWS_LAMBDA_RUNTIME_API", NamespaceEnv, PowertoolsNamespaceEnv, PowertoolsServiceEnv} {
 		t.Setenv(k, "")
 	}
 	t.Setenv("AWS_CONFIG_FILE", filepath.Join(dir, "config"))
@@ -435,5 +435,63 @@ func TestDeclaredEmptyEndpointInsideLambda(t *testing.T) {
 	}
 	if creds, err := cfg.Credentials.Retrieve(context.Background()); err == nil && creds.AccessKeyID == LocalAccessKeyID {
 		t.Errorf("static local credentials used with an empty DYNAMODB_ENDPOINT")
+	}
+}
+
+// TestMetricsPowertoolsNames: POWERTOOLS_METRICS_NAMESPACE names the namespace when
+// METRICS_NAMESPACE is unset (the project's own name wins when both are); with
+// POWERTOOLS_SERVICE_NAME every metric is published under {service} as well as under the
+// {Function, Stage} set the alarms watch, and without it nothing changes.
+func TestMetricsPowertoolsNames(t *testing.T) {
+	tests := []struct {
+		name     string
+		env      map[string]string
+		wantNS   string
+		wantDims [][]any
+	}{
+		{"defaults", nil, DefaultNamespace, [][]any{{"Function", "Stage"}}},
+		{"powertools namespace", map[string]string{PowertoolsNamespaceEnv: "checkout"}, "checkout", [][]any{{"Function", "Stage"}}},
+		{"own namespace wins", map[string]string{PowertoolsNamespaceEnv: "checkout", NamespaceEnv: "turnstile-x"}, "turnstile-x", [][]any{{"Function", "Stage"}}},
+		{"service", map[string]string{PowertoolsServiceEnv: "orders"}, DefaultNamespace, [][]any{{"Function", "Stage"}, {"service"}}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			isolateAWSEnv(t)
+			t.Setenv("STAGE", "dev")
+			for k, v := range tt.env {
+				t.Setenv(k, v)
+			}
+			var buf bytes.Buffer
+			old := MetricsOutput
+			MetricsOutput = &buf
+			t.Cleanup(func() { MetricsOutput = old })
+			m := Metrics(context.Background(), "orderprocessor")
+			m.PutMetric("LockWait", 3, "Milliseconds")
+			if err := m.Flush(); err != nil {
+				t.Fatal(err)
+			}
+			var doc map[string]any
+			if err := json.Unmarshal(buf.Bytes(), &doc); err != nil {
+				t.Fatalf("%v: %s", err, buf.String())
+			}
+			dir := doc["_aws"].(map[string]any)["CloudWatchMetrics"].([]any)[0].(map[string]any)
+			if dir["Namespace"] != tt.wantNS {
+				t.Errorf("namespace = %v, want %s", dir["Namespace"], tt.wantNS)
+			}
+			gotDims, _ := json.Marshal(dir["Dimensions"])
+			wantDims, _ := json.Marshal(tt.wantDims)
+			if string(gotDims) != string(wantDims) {
+				t.Errorf("dimension sets = %s, want %s", gotDims, wantDims)
+			}
+			if svc := tt.env[PowertoolsServiceEnv]; svc != "" && doc[ServiceDimension] != svc {
+				t.Errorf("service = %v, want %s", doc[ServiceDimension], svc)
+			}
+			if _, ok := doc[ServiceDimension]; ok && tt.env[PowertoolsServiceEnv] == "" {
+				t.Errorf("service key without POWERTOOLS_SERVICE_NAME: %s", buf.String())
+			}
+			if doc["Function"] != "orderprocessor" || doc["Stage"] != "dev" {
+				t.Errorf("Function/Stage = %v/%v", doc["Function"], doc["Stage"])
+			}
+		})
 	}
 }
