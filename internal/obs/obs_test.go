@@ -495,3 +495,23 @@ func TestMetricsPowertoolsNames(t *testing.T) {
 		})
 	}
 }
+
+// TestLoggerServiceKey: with POWERTOOLS_SERVICE_NAME every log record has "service", as
+// Powertools' logger writes it; without it there is no such key.
+func TestLoggerServiceKey(t *testing.T) {
+	for _, svc := range []string{"orders", ""} {
+		isolateAWSEnv(t)
+		t.Setenv("AWS_LAMBDA_LOG_FORMAT", "")
+		t.Setenv(PowertoolsServiceEnv, svc)
+		var buf bytes.Buffer
+		newLogger(&buf).Info("order reserved")
+		var rec map[string]any
+		if err := json.Unmarshal(buf.Bytes(), &rec); err != nil {
+			t.Fatalf("%v: %s", err, buf.String())
+		}
+		got, ok := rec[ServiceDimension]
+		if (svc == "" && ok) || (svc != "" && got != svc) {
+			t.Errorf("POWERTOOLS_SERVICE_NAME=%q: record %v", svc, rec)
+		}
+	}
+}
