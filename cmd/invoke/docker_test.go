@@ -33,8 +33,10 @@ const dockerEnvFile = "events/env.docker.json"
 //     wrong table name;
 //   - the values are the local stack's (the tables `invoke -tables` creates, stage local),
 //     and DYNAMODB_ENDPOINT is obs.DockerEndpoint;
-//   - in the environment SAM CLI gives the function container (AWS_SAM_LOCAL=true, no
-//     AWS_LAMBDA_INITIALIZATION_TYPE), the function's endpoint check accepts it.
+//   - in the environment SAM CLI builds for the function's container with this file
+//     (testdata/sam-local-env.json, written by testdata/sam-local-env.py with the SAM CLI
+//     version the Makefile pins), the function's endpoint check accepts it, and the
+//     function's DynamoDB client is pointed at it.
 func TestDockerEnvVarsFile(t *testing.T) {
 	tpl := testenv.Template(t)
 	root, err := template.FindRoot()
@@ -61,6 +63,16 @@ func TestDockerEnvVarsFile(t *testing.T) {
 	sort.Strings(sections)
 	if !slices.Equal(ids, sections) {
 		t.Errorf("%s has sections %v, the template's functions are %v", dockerEnvFile, sections, ids)
+	}
+	var sam struct {
+		SAMCLIVersion string                       `json:"samCliVersion"`
+		Functions     map[string]map[string]string `json:"functions"`
+	}
+	if err := json.Unmarshal(mustRead(t, filepath.Join(root, "cmd", "invoke", "testdata", "sam-local-env.json")), &sam); err != nil {
+		t.Fatal(err)
+	}
+	if pin := makefileVar(t, filepath.Join(root, "Makefile"), "SAM_CLI_VERSION"); sam.SAMCLIVersion != pin {
+		t.Errorf("testdata/sam-local-env.json was written by SAM CLI %s, the Makefile pins %s: regenerate it (testdata/sam-local-env.py)", sam.SAMCLIVersion, pin)
 	}
 	vals, err := stack.Local{Parameters: map[string]string{"Stage": "local"}, Region: region, AccountID: accountID}.Values(tpl)
 	if err != nil {
@@ -99,17 +111,39 @@ func TestDockerEnvVarsFile(t *testing.T) {
 				}
 			}
 
-			// The function's init under SAM CLI: its variables plus SAM's own.
-			for _, k := range append(slices.Clone(obs.EndpointOverrideEnvs), "AWS_LAMBDA_INITIALIZATION_TYPE", "AWS_LAMBDA_RUNTIME_API") {
+			// The function's init under SAM CLI, in the environment SAM CLI gives its container
+			// (the runtime interface emulator adds AWS_LAMBDA_RUNTIME_API).
+			samEnv := sam.Functions[f.LogicalID]
+			if len(samEnv) == 0 {
+				t.Fatalf("testdata/sam-local-env.json has no %s: regenerate it (testdata/sam-local-env.py)", f.LogicalID)
+			}
+			for k := range declared {
+				if got, want := samEnv[k], set[k]; k != obs.EndpointEnv && want != "" && got != want {
+					t.Errorf("testdata/sam-local-env.json: %s = %q, the env-vars file says %q: regenerate it (testdata/sam-local-env.py)", k, got, want)
+				}
+			}
+			for _, k := range append(slices.Clone(obs.EndpointOverrideEnvs), "AWS_LAMBDA_RUNTIME_API", "AWS_PROFILE",
+				"AWS_SESSION_TOKEN", "AWS_CONFIG_FILE", "AWS_SHARED_CREDENTIALS_FILE") {
 				t.Setenv(k, "")
 			}
-			t.Setenv("AWS_SAM_LOCAL", "true")
-			t.Setenv("AWS_LAMBDA_FUNCTION_NAME", f.LogicalID)
-			for k, v := range set {
+			t.Setenv("AWS_CONFIG_FILE", filepath.Join(t.TempDir(), "config"))
+			t.Setenv("AWS_SHARED_CREDENTIALS_FILE", filepath.Join(t.TempDir(), "credentials"))
+			t.Setenv("AWS_LAMBDA_RUNTIME_API", "127.0.0.1:9001")
+			for k, v := range samEnv {
 				t.Setenv(k, v)
+			}
+			if samEnv[obs.EndpointEnv] != obs.DockerEndpoint {
+				t.Errorf("under sam local invoke %s = %q, want %q", obs.EndpointEnv, samEnv[obs.EndpointEnv], obs.DockerEndpoint)
 			}
 			if err := obs.CheckEndpointOverrides(); err != nil {
 				t.Errorf("under sam local invoke the function would refuse its endpoint: %v", err)
+			}
+			cfg, err := obs.AWSConfig(context.Background())
+			if err != nil {
+				t.Fatalf("AWSConfig under sam local invoke: %v", err)
+			}
+			if ep := aws.ToString(dynamodb.NewFromConfig(cfg).Options().BaseEndpoint); ep != obs.DockerEndpoint {
+				t.Errorf("the function's DynamoDB endpoint = %q, want %q", ep, obs.DockerEndpoint)
 			}
 		})
 	}
@@ -204,4 +238,18 @@ func TestSetupTables(t *testing.T) {
 	if code, err := setupTables(ctx, c, tpl, &stderr); code != exitSetup || err == nil || !strings.Contains(err.Error(), "-tables needs DYNAMODB_ENDPOINT") {
 		t.Errorf("without DYNAMODB_ENDPOINT: %d, %v", code, err)
 	}
+}
+
+// makefileVar returns the value of a "NAME ?= value" (or := / =) line of the Makefile.
+func makefileVar(t *testing.T, path, name string) string {
+	t.Helper()
+	for _, line := range strings.Split(string(mustRead(t, path)), "\n") {
+		k, v, ok := strings.Cut(line, "=")
+		k = strings.TrimRight(strings.TrimSpace(k), "?:")
+		if ok && strings.TrimSpace(k) == name {
+			return strings.TrimSpace(v)
+		}
+	}
+	t.Fatalf("%s: no %s", path, name)
+	return ""
 }

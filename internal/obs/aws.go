@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/url"
 	"os"
+	"regexp"
 	"strings"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -120,15 +121,21 @@ var EndpointOverrideEnvs = []string{
 const DockerEndpoint = "http://dynamodb-local:8000"
 
 // SAMLocal reports whether the process runs in the Lambda container of `sam local invoke`
-// (or `sam local start-lambda`): SAM CLI sets AWS_SAM_LOCAL=true there, and Lambda proper
-// always sets AWS_LAMBDA_INITIALIZATION_TYPE (on-demand, provisioned-concurrency, ...), a
-// reserved variable that a function's configuration can neither set nor remove, which SAM CLI
-// and its runtime interface emulator do not set. AWS_SAM_LOCAL alone could be added to a
-// deployed function's environment; the reserved variable is what keeps a deployed function
-// from ever taking DockerEndpoint.
+// (or `sam local start-lambda`): SAM CLI sets AWS_SAM_LOCAL=true there, and its log stream
+// name is not one Lambda gives. AWS_SAM_LOCAL alone could be added to a deployed function's
+// environment; AWS_LAMBDA_LOG_STREAM_NAME cannot: it is a reserved variable, which a
+// function's configuration can neither set nor change, and Lambda names every execution
+// environment's stream "YYYY/MM/DD/[<version>]<id>" (LambdaLogStream), while SAM CLI sets
+// "$LATEST". (SAM CLI also sets AWS_LAMBDA_INITIALIZATION_TYPE=on-demand, as Lambda does, so
+// that variable tells nothing; cmd/invoke's TestDockerEnvVarsFile runs this check on the
+// environment SAM CLI's pinned version builds, testdata/sam-local-env.json.)
 func SAMLocal() bool {
-	return os.Getenv("AWS_SAM_LOCAL") == "true" && os.Getenv("AWS_LAMBDA_INITIALIZATION_TYPE") == ""
+	return os.Getenv("AWS_SAM_LOCAL") == "true" && !LambdaLogStream.MatchString(os.Getenv("AWS_LAMBDA_LOG_STREAM_NAME"))
 }
+
+// LambdaLogStream matches the log stream names Lambda gives execution environments, e.g.
+// "2026/11/28/[$LATEST]0123456789abcdef0123456789abcdef".
+var LambdaLogStream = regexp.MustCompile(`^[0-9]{4}/[0-9]{2}/[0-9]{2}/\[`)
 
 // InLambda reports whether the process runs as a Lambda function (or in an emulation of
 // the Lambda runtime, such as cmd/invoke's): the runtime sets AWS_LAMBDA_FUNCTION_NAME and
@@ -158,7 +165,7 @@ func CheckEndpointOverrides() error {
 			if SAMLocal() {
 				continue
 			}
-			return fmt.Errorf("obs: %s=%q refused inside Lambda: that endpoint is accepted only under sam local invoke (AWS_SAM_LOCAL=true, and no AWS_LAMBDA_INITIALIZATION_TYPE, which Lambda itself always sets)", k, v)
+			return fmt.Errorf("obs: %s=%q refused inside Lambda: that endpoint is accepted only under sam local invoke (AWS_SAM_LOCAL=true, and a log stream name Lambda does not give, AWS_LAMBDA_LOG_STREAM_NAME=%q)", k, v, os.Getenv("AWS_LAMBDA_LOG_STREAM_NAME"))
 		}
 		if err := loopbackURL(v); err != nil {
 			return fmt.Errorf("obs: %s=%q refused inside Lambda: %w; only a loopback endpoint (127.0.0.0/8, ::1, localhost) may override the AWS endpoints there, or %s=%s under sam local invoke (docs/local-invoke.md)", k, v, err, EndpointEnv, DockerEndpoint)

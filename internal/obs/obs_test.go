@@ -78,7 +78,7 @@ func isolateAWSEnv(t *testing.T) {
 		"AWS_DEFAULT_PROFILE", "AWS_REGION", "AWS_DEFAULT_REGION", "AWS_WEB_IDENTITY_TOKEN_FILE", "AWS_ROLE_ARN",
 		"AWS_CONTAINER_CREDENTIALS_FULL_URI", "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI", "AWS_ENDPOINT_URL",
 		"AWS_ENDPOINT_URL_DYNAMODB", "AWS_XRAY_SDK_DISABLED", "AWS_LAMBDA_FUNCTION_NAME", "LAMBDA_TASK_ROOT",
-		"AWS_XRAY_DAEMON_ADDRESS", "AWS_XRAY_CONTEXT_MISSING", "AWS_SAM_LOCAL", "AWS_LAMBDA_INITIALIZATION_TYPE",
+		"AWS_XRAY_DAEMON_ADDRESS", "AWS_XRAY_CONTEXT_MISSING", "AWS_SAM_LOCAL", "AWS_LAMBDA_INITIALIZATION_TYPE", "AWS_LAMBDA_LOG_STREAM_NAME",
 		"AWS_LAMBDA_RUNTIME_API", NamespaceEnv, PowertoolsNamespaceEnv, PowertoolsServiceEnv} {
 		t.Setenv(k, "")
 	}
@@ -343,11 +343,13 @@ func TestStdLogWriterDemotesRuntimeErrorReport(t *testing.T) {
 // TestDockerEndpointOnlyUnderSAMLocal: the endpoint of the documented `sam local invoke`
 // setup (docs/local-invoke.md: DynamoDB Local as container dynamodb-local on the network
 // given to --docker-network) is accepted inside the Lambda emulation of SAM CLI, exactly as
-// written, for DYNAMODB_ENDPOINT only; in Lambda proper (AWS_LAMBDA_INITIALIZATION_TYPE, a
-// reserved variable Lambda always sets) or without AWS_SAM_LOCAL it is refused, and so is
-// every other name.
+// written, for DYNAMODB_ENDPOINT only; in Lambda proper (a log stream name as Lambda gives
+// them, a reserved variable) or without AWS_SAM_LOCAL it is refused, and so is every other
+// name. (cmd/invoke's TestDockerEnvVarsFile runs the check on SAM CLI's own environment.)
 func TestDockerEndpointOnlyUnderSAMLocal(t *testing.T) {
-	samLocal := map[string]string{"AWS_LAMBDA_FUNCTION_NAME": "OrderProcessorFunction", "AWS_SAM_LOCAL": "true"}
+	// What SAM CLI 1.170 sets (testdata of cmd/invoke has all of it).
+	samLocal := map[string]string{"AWS_LAMBDA_FUNCTION_NAME": "OrderProcessorFunction", "AWS_SAM_LOCAL": "true",
+		"AWS_LAMBDA_LOG_STREAM_NAME": "$LATEST", "AWS_LAMBDA_INITIALIZATION_TYPE": "on-demand"}
 	with := func(base map[string]string, kv ...string) map[string]string {
 		m := map[string]string{}
 		for k, v := range base {
@@ -366,7 +368,9 @@ func TestDockerEndpointOnlyUnderSAMLocal(t *testing.T) {
 		{"sam local, documented endpoint", with(samLocal, EndpointEnv, DockerEndpoint), ""},
 		{"sam local, runtime api marker only", map[string]string{"AWS_LAMBDA_RUNTIME_API": "127.0.0.1:9001", "AWS_SAM_LOCAL": "true", EndpointEnv: DockerEndpoint}, ""},
 		{"sam local, loopback still accepted", with(samLocal, EndpointEnv, "http://127.0.0.1:8000"), ""},
-		{"deployed function (Lambda sets the initialization type)", with(samLocal, EndpointEnv, DockerEndpoint, "AWS_LAMBDA_INITIALIZATION_TYPE", "on-demand"), "only under sam local invoke"},
+		{"sam local, no log stream name", with(samLocal, EndpointEnv, DockerEndpoint, "AWS_LAMBDA_LOG_STREAM_NAME", ""), ""},
+		{"deployed function (a log stream name Lambda gives)", with(samLocal, EndpointEnv, DockerEndpoint, "AWS_LAMBDA_LOG_STREAM_NAME", "2026/11/28/[$LATEST]0123456789abcdef0123456789abcdef"), "only under sam local invoke"},
+		{"deployed version 7", with(samLocal, EndpointEnv, DockerEndpoint, "AWS_LAMBDA_LOG_STREAM_NAME", "2026/01/02/[7]fedcba9876543210fedcba9876543210"), "only under sam local invoke"},
 		{"lambda without AWS_SAM_LOCAL", map[string]string{"AWS_LAMBDA_FUNCTION_NAME": "f", EndpointEnv: DockerEndpoint}, "only under sam local invoke"},
 		{"AWS_SAM_LOCAL not true", map[string]string{"AWS_LAMBDA_FUNCTION_NAME": "f", "AWS_SAM_LOCAL": "1", EndpointEnv: DockerEndpoint}, "only under sam local invoke"},
 		{"other port", with(samLocal, EndpointEnv, "http://dynamodb-local:8001"), "refused inside Lambda"},
