@@ -278,9 +278,21 @@ INVOKE_ARGS = $(if $(filter %.json,$(SEED)),-seed '$(SEED)') $(if $(ENV_VARS),-e
 .PHONY: invoke
 invoke: ## Run a function locally: make invoke FN=OrderProcessorFunction EVENT=events/sqs-order.json [SEED= ENV_VARS= LOG_LEVEL= FORCE=1]
 	@[ -n "$(FN)" ] && [ -n "$(EVENT)" ] || { echo "usage: make invoke FN=<LogicalId> EVENT=events/<file>.json [SEED=events/seed-inventory.json] [ENV_VARS=env.json] [LOG_LEVEL=debug] [FORCE=1]"; exit 2; }
-	@mkdir -p $(BIN_DIR)
-	@$(GO) build -o $(BIN_DIR)/invoke ./cmd/invoke
+	@$(MAKE) invoke-tool
 	@$(BIN_DIR)/invoke -fn '$(FN)' -event '$(EVENT)' $(INVOKE_ARGS) # fetches and starts DynamoDB Local unless DYNAMODB_ENDPOINT is set
+
+.PHONY: local-tables
+local-tables: ## Create the template's tables (stage local) at DYNAMODB_ENDPOINT for sam local invoke (docs/local-invoke.md) [SEED=events/seed-inventory.json]
+	@[ -n "$$DYNAMODB_ENDPOINT" ] || { echo "usage: DYNAMODB_ENDPOINT=http://127.0.0.1:8000 make local-tables [SEED=events/seed-inventory.json]"; exit 2; }
+	@$(MAKE) invoke-tool
+	@$(BIN_DIR)/invoke -tables $(if $(filter %.json,$(SEED)),-seed '$(SEED)')
+
+# cmd/invoke itself; its first build compiles the AWS SDK, minutes without output, so say so.
+.PHONY: invoke-tool
+invoke-tool:
+	@mkdir -p $(BIN_DIR)
+	@[ -x $(BIN_DIR)/invoke ] || echo "invoke: building ./cmd/invoke (the first build compiles the AWS SDK: a few minutes)"
+	@$(GO) build -o $(BIN_DIR)/invoke ./cmd/invoke
 
 .PHONY: deploy
 deploy: sam-build ## sam deploy --config-env $(ENV) (ENV=default|prod; needs AWS credentials).
