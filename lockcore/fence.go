@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"hash/fnv"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/expression"
@@ -30,11 +31,47 @@ const (
 
 func makeFence(epoch, n int64) Fence { return Fence(epoch<<32 | (n & 0xffffffff)) }
 
-// Epoch returns the row-life part of the token.
+// Epoch returns the row-life part of a Mutex's or TicketLock's token. (An ItemLocker's
+// token does not split this way: see ItemLease.Token.)
 func (f Fence) Epoch() int64 { return int64(f) >> 32 }
 
-// Seq returns the acquisition number within the row life.
+// Seq returns the acquisition number within the row life of a Mutex's or TicketLock's
+// token.
 func (f Fence) Seq() int64 { return int64(f) & 0xffffffff }
+
+// Fencing tokens of the locking read (ItemLocker) follow the same scheme with another
+// epoch: epoch<<10 + n, where n is the acquisition's ticket, counted per life of the data
+// item (its Fence attribute), and epoch the start of that life in µs since 1970 (its
+// Epoch attribute, written by the take that begins the life with if_not_exists and never
+// changed while the item exists). Deleting the item deletes both; the next take begins a
+// new life with a later epoch. No keeper row can number the item's lives as the Mutex's
+// do: the item lives in the caller's table, under the caller's key schema, and nothing
+// of it survives its deletion. The epoch is therefore a time: the wall clock of the
+// client whose take began the life (the µs resolution keeps lives begun one after the
+// other by one process apart).
+//
+// Limits: a later life's tokens exceed an earlier life's as long as the take that began
+// it was sent later, by its client's wall clock, than the take that began the earlier
+// one by its client's: that is, as long as the clocks of the clients that lock the item
+// disagree by less than the time between the beginnings of two consecutive lives (at
+// least the earlier life's span, from its first acquisition to its deletion), and no
+// take that begins a life was on its way for that long. Within a life tokens strictly
+// increase whatever the clocks say, while the life sees fewer than 1024 acquisitions per
+// µs (DynamoDB allows about one write per ms on an item). A life begun by a client of the
+// previous release has no epoch: its tokens are its tickets until a new client's take or
+// heartbeat gives it one (so they only grow). Tokens fit an int64 until the year 2255.
+const itemEpochShift = 10
+
+// itemFence is the token of ticket n in an item life that began at epoch (0: none).
+func itemFence(epoch, n int64) Fence {
+	if epoch <= 0 {
+		return Fence(n)
+	}
+	return Fence(epoch<<itemEpochShift + n)
+}
+
+// itemEpoch is the epoch of an item life begun now.
+func itemEpoch(now time.Time) int64 { return max(now.UnixMicro(), 1) }
 
 func keeperKey(key string) string {
 	h := fnv.New32a()

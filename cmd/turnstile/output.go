@@ -241,7 +241,7 @@ func writeItemLock(w io.Writer, il *lockcore.ItemLock, now time.Time) {
 		row("locked", "%s (last acquisition or renewal)", stamp(h.AcquiredAt, now))
 		row("lease end", "%s; lease %s", stamp(h.Until, now), h.Lease)
 	}
-	row("fence", "%d (acquisitions of this item)", int64(il.Fence.Token))
+	row("fence", "%s (epoch: when this life of the item began, µs; seq: its ticket)", il.Fence)
 	row("revision", "%d", il.Revision)
 	if t := il.Tickets; t != nil {
 		row("tickets", "serving %d, last issued %d", t.Serving, t.Next)
