@@ -13,7 +13,6 @@ import (
 	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/expression"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
-	"github.com/aws/smithy-go"
 )
 
 // The Mutex's ticket protocol (see Mutex for the overview and the validity argument).
@@ -531,26 +530,9 @@ func (m *Mutex) take(ctx context.Context, key string, ac *acquireConfig, start t
 	}
 }
 
-// Row size. DynamoDB refuses a write that makes an item larger than 400 KB, and the
-// waiters' data (up to 64 KiB each) can fill a Mutex row. The holder's writes add a few
-// attributes (a heartbeat records hOwner, which a handoff removed; releases and skips
-// record rel, skip, holdMs and the next ticket's hFor/hUntil/hSince; a new life its
-// epoch), so a queued take that leaves less than rowHeadroom withdraws its ticket and
-// waits for room: otherwise the holder's heartbeat fails (a ValidationException) until
-// its lease runs out and waiters skip it, and every later holder fares the same while
-// the queue stays full.
-const (
-	maxRowBytes = 400 << 10
-	rowHeadroom = 2 << 10
-)
-
-// rowRoom is the size a row may reach by a queued take.
-func (m *Mutex) rowRoom() int {
-	if n := m.cfg.hooks.rowBytes; n > 0 {
-		return n - rowHeadroom
-	}
-	return maxRowBytes - rowHeadroom
-}
+// rowRoom is the size a row may reach by a queued take: the item size limit less the
+// headroom the holder's writes need (room.go).
+func (m *Mutex) rowRoom() int { return m.cfg.itemLimit() - itemHeadroom }
 
 // entryBytes bounds from above what a queued take of h adds to the row: its w# entry,
 // its data, the fence's growth, and leaseMs where the take raises it.
@@ -563,66 +545,6 @@ func entryBytes(h *mutexHold, ac *acquireConfig, grow bool) int {
 		n += len(attrLeaseMs) + 21
 	}
 	return n
-}
-
-// itemBytes bounds an item's size as DynamoDB counts it from above (names plus values;
-// a number counted as its decimal text, which is never less than its stored size).
-func itemBytes(it item) int {
-	n := 0
-	for k, v := range it {
-		n += len(k) + valueBytes(v)
-	}
-	return n
-}
-
-func valueBytes(v types.AttributeValue) int {
-	switch v := v.(type) {
-	case *types.AttributeValueMemberS:
-		return len(v.Value)
-	case *types.AttributeValueMemberN:
-		return len(v.Value) + 1
-	case *types.AttributeValueMemberB:
-		return len(v.Value)
-	case *types.AttributeValueMemberL:
-		n := 3
-		for _, e := range v.Value {
-			n += 1 + valueBytes(e)
-		}
-		return n
-	case *types.AttributeValueMemberM:
-		n := 3
-		for k, e := range v.Value {
-			n += 1 + len(k) + valueBytes(e)
-		}
-		return n
-	case *types.AttributeValueMemberSS:
-		n := 0
-		for _, e := range v.Value {
-			n += len(e)
-		}
-		return n
-	case *types.AttributeValueMemberBS:
-		n := 0
-		for _, e := range v.Value {
-			n += len(e)
-		}
-		return n
-	case *types.AttributeValueMemberNS:
-		n := 0
-		for _, e := range v.Value {
-			n += len(e) + 1
-		}
-		return n
-	}
-	return 1
-}
-
-// tooLarge reports whether err is DynamoDB's refusal of a write that would make the item
-// larger than its limit.
-func tooLarge(err error) bool {
-	var api smithy.APIError
-	return errors.As(err, &api) && api.ErrorCode() == "ValidationException" &&
-		strings.Contains(api.ErrorMessage(), "exceeded the maximum allowed size")
 }
 
 // waitForRoom waits, as the wait policy allows, until the lock's row has room for a

@@ -96,8 +96,9 @@ var ErrLockNotFound = errors.New("lockcore: no such lock")
 
 // FenceInfo is a fencing token with its parts decoded. For Mutex and TicketLock tokens
 // Epoch numbers the lock row's lives and Seq the acquisitions (tickets) within one; a
-// Queue's token is its ticket number and an ItemLocker's the item's acquisition count
-// (Epoch 0).
+// Queue's token is its ticket number (Epoch 0); for an ItemLocker's, Epoch is the start
+// of the item's life in µs since 1970 (0 for a life begun by a client of the previous
+// release) and Seq the ticket within that life (see ItemLease.Token).
 type FenceInfo struct {
 	Token Fence `json:"token"`
 	Epoch int64 `json:"epoch"`
@@ -106,9 +107,19 @@ type FenceInfo struct {
 
 func fenceInfo(f Fence) FenceInfo { return FenceInfo{Token: f, Epoch: f.Epoch(), Seq: f.Seq()} }
 
-// String formats the token as Fence.String does: "token (epoch E, seq S)", or the
-// plain number for a token without an epoch.
-func (f FenceInfo) String() string { return f.Token.String() }
+// itemFenceInfo decodes an ItemLocker's token from the item's epoch and ticket.
+func itemFenceInfo(epoch, n int64) FenceInfo {
+	return FenceInfo{Token: itemFence(epoch, n), Epoch: max(epoch, 0), Seq: n}
+}
+
+// String formats the token as "token (epoch E, seq S)", or the plain number for a token
+// without an epoch (a Queue's ticket).
+func (f FenceInfo) String() string {
+	if f.Epoch == 0 {
+		return f.Token.String()
+	}
+	return fmt.Sprintf("%d (epoch %d, seq %d)", int64(f.Token), f.Epoch, f.Seq)
+}
 
 // LockHolder is the lease a lock is held under. Fields a strategy does not record are
 // zero: a TicketLock records no owner name, acquisition time or wall-clock lease end
@@ -965,7 +976,7 @@ type ItemLock struct {
 	Key      map[string]string `json:"key"` // key attribute → value as text
 	State    LockState         `json:"state"`
 	Holder   *LockHolder       `json:"holder,omitempty"`
-	Fence    FenceInfo         `json:"fence"` // the item's acquisition count (restarts if the item is deleted)
+	Fence    FenceInfo         `json:"fence"` // the holder's token (Seq: its ticket in this life of the item), or the last one issued
 	Revision int64             `json:"revision"`
 	Waiters  []Waiter          `json:"waiters,omitempty"` // tickets waiting, in the order they enter
 	Tickets  *TicketCounters   `json:"tickets,omitempty"` // the item's queue (Next: its Fence)
@@ -1003,9 +1014,9 @@ func (in *Inspector) ShowItem(ctx context.Context, table string, key map[string]
 		out.Key[k] = avText(v)
 	}
 	st := il.state(it, "")
-	out.Fence, out.Revision = fenceInfo(Fence(st.next)), st.rev
+	out.Fence, out.Revision = itemFenceInfo(st.epoch, st.next), st.rev
 	if st.hasServing && st.serving <= st.next {
-		out.Fence = fenceInfo(Fence(st.serving))
+		out.Fence = itemFenceInfo(st.epoch, st.serving)
 	}
 	if st.hasQueue || st.hasServing {
 		out.Tickets = &TicketCounters{Serving: st.serving, Next: st.next}

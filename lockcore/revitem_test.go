@@ -89,8 +89,8 @@ func TestItemUpdateAndReleaseNotSettledByAnotherLifeOfTheItem(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if la.Token() != 1 {
-		t.Fatalf("setup: token %d", la.Token())
+	if la.Token()%1024 != 1 { // epoch<<10 + ticket
+		t.Fatalf("setup: token %d is not the item's first ticket", la.Token())
 	}
 	f.armed.Store(true)
 	_, err = la.UpdateAndRelease(ctx, addN, expression.ConditionBuilder{})
