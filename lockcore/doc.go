@@ -98,6 +98,7 @@
 // # Tables
 //
 // Mutex, TicketLock and Queue use a lock table with string keys "pk" and "sk" and the TTL attribute
-// "expiresAt" (see CreateLockTable, which also shows it in CloudFormation). ItemLocker and Versioned work
-// on any table.
+// "expiresAt" (see CreateLockTable, which also shows it in CloudFormation); other names are
+// set with WithTableAttributes (and InspectTableAttributes, WithAttributes for the Inspector
+// and CreateLockTable). ItemLocker and Versioned work on any table.
 package lockcore

@@ -86,7 +86,6 @@ type mutexRow struct {
 	hOwner               string
 	leaseMs              int64 // 0: not recorded (a row of the first ticket-format release)
 	holdMs               int64 // the holders' published hold time (0: none)
-	ttl                  int64
 }
 
 func parseMutexRow(it item, wattr string) mutexRow {
@@ -119,7 +118,6 @@ func parseMutexRow(it item, wattr string) mutexRow {
 	r.hFor, _ = attrN(it, attrHFor)
 	r.hUntil, _ = attrN(it, attrHUntil)
 	r.hSince, _ = attrN(it, attrHSince)
-	r.ttl, _ = attrN(it, attrExpiresAt)
 	return r
 }
 
@@ -355,7 +353,7 @@ func (m *Mutex) take(ctx context.Context, key string, ac *acquireConfig, start t
 				Set(name(attrHOwner), value(m.cfg.owner)).
 				Set(name(attrHUntil), value(now.Add(ac.lease).UnixMilli())).
 				Set(name(attrHSince), value(now.UnixMilli())).
-				Set(name(attrExpiresAt), value(m.cfg.ttlAt(now, ac.lease+m.cfg.ttlGrace))).
+				Set(name(m.cfg.names.TTL), value(m.cfg.ttlAt(now, ac.lease+m.cfg.ttlGrace))).
 				Add(name(attrRev), value(1))
 			if ac.data != nil {
 				upd = upd.Set(name(h.dattr), value(ac.data))
@@ -647,7 +645,7 @@ func (m *Mutex) skip(ctx context.Context, h *mutexHold, row mutexRow) bool {
 	}
 	upd := expression.Set(name(attrServing), value(row.serving+1)).
 		Set(name(attrSkip), value(row.serving)).
-		Set(name(attrExpiresAt), value(m.cfg.ttlAt(now, max(nextLease, m.cfg.lease)+m.cfg.ttlGrace))).
+		Set(name(m.cfg.names.TTL), value(m.cfg.ttlAt(now, max(nextLease, m.cfg.lease)+m.cfg.ttlGrace))).
 		Add(name(attrRev), value(1)).
 		Remove(name(attrHOwner))
 	if id := row.entryID(row.serving); id != "" {
@@ -814,7 +812,7 @@ func (m *Mutex) enter(ctx context.Context, h *mutexHold, row mutexRow, lastBefor
 	obs := l.observer
 	l.observer = nil
 	h.forced.see(row.ticketRow) // row shows our ticket served (see settleRelease)
-	if l.Remaining() < ac.lease/2 || m.cfg.ttlTooEarly(row.ttl, ac.lease+m.cfg.ttlGrace) {
+	if l.Remaining() < ac.lease/2 || m.cfg.ttlTooEarly(m.rowTTL(row), ac.lease+m.cfg.ttlGrace) {
 		if err := l.Renew(ctx); err != nil {
 			if errors.Is(err, ErrLeaseLost) {
 				return nil, errTicketSkipped
@@ -908,7 +906,7 @@ func (m *Mutex) withdrawUnknown(ctx context.Context, h *mutexHold) {
 	e := expr(expression.NewBuilder().
 		WithCondition(expression.AttributeNotExists(name(h.wattr))).
 		WithUpdate(expression.Set(name(h.wattr), value(tombstone(now))).
-			Set(name(attrExpiresAt), expression.IfNotExists(name(attrExpiresAt), value(m.cfg.ttlAt(now, m.cfg.lease+m.cfg.ttlGrace))))))
+			Set(name(m.cfg.names.TTL), expression.IfNotExists(name(m.cfg.names.TTL), value(m.cfg.ttlAt(now, m.cfg.lease+m.cfg.ttlGrace))))))
 	bo := backoff{base: 50 * time.Millisecond, cap: 500 * time.Millisecond}
 	for { // while rctx lasts (5 s), as withdraw
 		_, err := m.db.UpdateItem(rctx, conditionalUpdate(m.table, m.keyOf(h.key, h.ns), e, types.ReturnValueNone), noSDKRetry)
@@ -943,7 +941,7 @@ func (m *Mutex) withdrawUnknown(ctx context.Context, h *mutexHold) {
 // startEpoch gives the row a fence epoch, for a holder that found none (the row's first
 // life, or the first after TTL deleted it).
 func (m *Mutex) startEpoch(ctx context.Context, h *mutexHold) (int64, error) {
-	epoch, err := takeEpoch(ctx, m.db, m.table, h.key, backoff{base: m.cfg.backoffBase, cap: m.cfg.backoffCap})
+	epoch, err := takeEpoch(ctx, m.db, m.table, m.cfg.names, h.key, backoff{base: m.cfg.backoffBase, cap: m.cfg.backoffCap})
 	if err != nil {
 		return 0, err
 	}
@@ -1016,7 +1014,7 @@ func (h *mutexHold) renew(ctx context.Context, l *Lease) error {
 		upd := expression.Add(name(attrRev), value(1)).
 			Set(name(attrHFor), name(attrServing)).
 			Set(name(attrHOwner), value(l.owner)).
-			Set(name(attrExpiresAt), value(m.cfg.ttlAt(now, l.duration+m.cfg.ttlGrace)))
+			Set(name(h.m.cfg.names.TTL), value(m.cfg.ttlAt(now, l.duration+m.cfg.ttlGrace)))
 		cond := expression.And(h.ours(), later)
 		if keepUntil {
 			cond = expression.And(h.ours(), expression.Not(later))
@@ -1112,13 +1110,13 @@ func (h *mutexHold) release(ctx context.Context, l *Lease) error {
 		if idle {
 			cond = expression.And(h.ours(), expression.Equal(name(attrFence), name(h.wattr)))
 			upd = upd.Remove(name(attrHFor)).Remove(name(attrHUntil)).Remove(name(attrHSince)).
-				Set(name(attrExpiresAt), value(m.cfg.ttlAt(now, m.cfg.retention)))
+				Set(name(h.m.cfg.names.TTL), value(m.cfg.ttlAt(now, m.cfg.retention)))
 		} else {
 			cond = expression.And(h.ours(), expression.GreaterThan(name(attrFence), name(h.wattr)))
 			upd = upd.Set(name(attrHFor), expression.Plus(name(attrServing), value(1))).
 				Set(name(attrHUntil), value(now.Add(l.duration).UnixMilli())).
 				Set(name(attrHSince), value(now.UnixMilli())).
-				Set(name(attrExpiresAt), value(m.cfg.ttlAt(now, max(l.duration, m.cfg.lease)+m.cfg.ttlGrace)))
+				Set(name(h.m.cfg.names.TTL), value(m.cfg.ttlAt(now, max(l.duration, m.cfg.lease)+m.cfg.ttlGrace)))
 		}
 		e := expr(expression.NewBuilder().WithCondition(cond).WithUpdate(upd))
 		_, err := m.db.UpdateItem(ctx, conditionalUpdate(m.table, m.keyOf(h.key, h.ns), e, types.ReturnValueNone), noSDKRetry)
@@ -1168,4 +1166,10 @@ func (h *mutexHold) release(ctx context.Context, l *Lease) error {
 			return fmt.Errorf("lockcore: release %q: %w (last error: %v)", h.key, serr, err)
 		}
 	}
+}
+
+// rowTTL is the row's TTL attribute (epoch seconds; 0 if absent).
+func (m *Mutex) rowTTL(r mutexRow) int64 {
+	ttl, _ := attrN(r.raw, m.cfg.names.TTL)
+	return ttl
 }

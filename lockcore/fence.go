@@ -101,12 +101,12 @@ func keeperKey(key string) string {
 // takeEpoch takes the next epoch from key's keeper row. ADD is atomic and a retried ADD
 // only skips a number, which is fine: so a throttled or ambiguous call is simply retried
 // until it succeeds or ctx ends.
-func takeEpoch(ctx context.Context, db DynamoDB, table, key string, bo backoff) (int64, error) {
+func takeEpoch(ctx context.Context, db DynamoDB, table string, names TableAttributes, key string, bo backoff) (int64, error) {
 	ke := expr(expression.NewBuilder().WithUpdate(expression.Add(name(attrNextEpoch), value(1))))
 	for {
 		out, err := db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
 			TableName:                 aws.String(table),
-			Key:                       item{attrPK: s(keeperKey(key)), attrSK: s(keeperSK)},
+			Key:                       names.key(keeperKey(key), keeperSK),
 			UpdateExpression:          ke.Update(),
 			ExpressionAttributeNames:  ke.Names(),
 			ExpressionAttributeValues: ke.Values(),

@@ -351,6 +351,7 @@ type Inspector struct {
 	clock     Clock
 	skew      time.Duration
 	retention time.Duration
+	names     TableAttributes
 }
 
 // NewInspector returns an Inspector on the lock table. It validates the options.
@@ -361,7 +362,7 @@ func NewInspector(db InspectorAPI, table string, opts ...InspectorOption) (*Insp
 	if table == "" {
 		return nil, invalidOption("table", "must not be empty")
 	}
-	in := &Inspector{db: db, table: table, clock: SystemClock, skew: DefaultInspectSkew, retention: DefaultRetention}
+	in := &Inspector{db: db, table: table, clock: SystemClock, skew: DefaultInspectSkew, retention: DefaultRetention, names: DefaultTableAttributes}
 	for _, o := range opts {
 		if o == nil {
 			continue
@@ -435,22 +436,22 @@ func classifySK(sk string) (rowKind, string) {
 //     string), rev (a number);
 //   - audit row: strategy, namespace (its sort key's) and forcedId (strings), forcedAt
 //     (a number).
-func lockRow(it item) (rowKind, string) {
-	kind, ns := classifySK(attrS(it, attrSK))
-	if ns == "" || attrS(it, attrPK) == "" {
+func lockRow(it item, names TableAttributes) (rowKind, string) {
+	kind, ns := classifySK(attrS(it, names.SortKey))
+	if ns == "" || attrS(it, names.PartitionKey) == "" {
 		return rowUnknown, ns
 	}
 	ok := false
 	switch kind {
 	case rowMutex:
-		ok = isMutexRow(it)
+		ok = isMutexRow(it, names)
 	case rowTicket:
-		ok = (hasN(it, attrNext, attrServing, attrRev) && attrS(it, attrLife) != "") || isBareRow(it)
+		ok = (hasN(it, attrNext, attrServing, attrRev) && attrS(it, attrLife) != "") || isBareRow(it, names)
 	case rowQueueCounter:
 		ok = hasN(it, attrNext)
 	case rowQueueTicket:
 		tk, has := attrN(it, attrTicket)
-		ok = has && tk > 0 && attrS(it, attrSK) == ticketSK(ns, tk) && attrS(it, attrLeaseID) != "" && hasN(it, attrRev)
+		ok = has && tk > 0 && attrS(it, names.SortKey) == ticketSK(ns, tk) && attrS(it, attrLeaseID) != "" && hasN(it, attrRev)
 	case rowAudit:
 		ok = attrS(it, attrAuditStrategy) != "" && attrS(it, attrAuditNS) == ns && attrS(it, attrForcedID) != "" && hasN(it, attrForcedAt)
 	}
@@ -460,9 +461,9 @@ func lockRow(it item) (rowKind, string) {
 	return kind, ns
 }
 
-func isMutexRow(it item) bool {
+func isMutexRow(it item, names TableAttributes) bool {
 	if _, has := it[attrState]; !has {
-		return isBareRow(it)
+		return isBareRow(it, names)
 	}
 	switch attrS(it, attrState) {
 	case stateFair:
@@ -476,12 +477,12 @@ func isMutexRow(it item) bool {
 // isBareRow reports a row that holds nothing but tombstones of ticket requests (and
 // its TTL): what a withdrawn, never-landed request of a Mutex or TicketLock leaves on a
 // row that did not exist. The next take turns it into a full row.
-func isBareRow(it item) bool {
+func isBareRow(it item, names TableAttributes) bool {
 	tombs := 0
 	for k, v := range it {
 		switch {
-		case k == attrPK || k == attrSK:
-		case k == attrExpiresAt:
+		case k == names.PartitionKey || k == names.SortKey:
+		case k == names.TTL:
 			if _, ok := v.(*types.AttributeValueMemberN); !ok {
 				return false
 			}
@@ -530,13 +531,13 @@ func (in *Inspector) mutexLock(it item, now time.Time) Lock {
 	if attrS(it, attrState) == stateFair {
 		return in.fairMutexLock(it, now)
 	}
-	key, ns := attrS(it, attrPK), attrS(it, attrSK)
+	key, ns := attrS(it, in.names.PartitionKey), attrS(it, in.names.SortKey)
 	rev, _ := attrN(it, attrRev)
 	epoch, _ := attrN(it, attrEpoch)
 	fence, _ := attrN(it, attrFence)
 	l := Lock{Key: key, Namespace: ns, Strategy: StrategyMutex, State: LockReleased,
-		Fence: fenceInfo(makeFence(epoch, fence)), Revision: rev, Expires: secTime(it, attrExpiresAt),
-		LastForced: forcedOnRow(it, StrategyMutex), ReadAt: now}
+		Fence: fenceInfo(makeFence(epoch, fence)), Revision: rev, Expires: secTime(it, in.names.TTL),
+		LastForced: forcedOnRow(it, in.names, StrategyMutex), ReadAt: now}
 	if attrS(it, attrState) == stateHeld {
 		ms, _ := attrN(it, attrLeaseMs)
 		l.Holder = &LockHolder{Owner: attrS(it, attrOwner), LeaseID: attrS(it, attrLeaseID),
@@ -557,8 +558,8 @@ func (in *Inspector) mutexLock(it item, now time.Time) Lock {
 // entries are the waiters, in order (no owner: lease id "ticket N").
 func (in *Inspector) fairMutexLock(it item, now time.Time) Lock {
 	row := parseMutexRow(it, "")
-	l := Lock{Key: attrS(it, attrPK), Namespace: attrS(it, attrSK), Strategy: StrategyMutex, State: LockReleased,
-		Revision: row.rev, Expires: secTime(it, attrExpiresAt), LastForced: forcedOnRow(it, StrategyMutex),
+	l := Lock{Key: attrS(it, in.names.PartitionKey), Namespace: attrS(it, in.names.SortKey), Strategy: StrategyMutex, State: LockReleased,
+		Revision: row.rev, Expires: secTime(it, in.names.TTL), LastForced: forcedOnRow(it, in.names, StrategyMutex),
 		Tickets: &TicketCounters{Serving: row.serving, Next: row.next, Released: row.rel, Skipped: row.skip, Life: row.life},
 		Fence:   fenceInfo(makeFence(row.epoch, min(row.serving, row.next))), ReadAt: now}
 	if row.busy() && row.servedEntry {
@@ -596,8 +597,8 @@ func (in *Inspector) fairMutexLock(it item, now time.Time) Lock {
 // ticketLock decodes a TicketLock row.
 func (in *Inspector) ticketLock(it item, ns string, now time.Time) Lock {
 	row := parseTicketRow(it, "")
-	l := Lock{Key: attrS(it, attrPK), Namespace: ns, Strategy: StrategyTicket, State: LockReleased,
-		Revision: row.rev, Expires: secTime(it, attrExpiresAt), LastForced: forcedOnRow(it, StrategyTicket),
+	l := Lock{Key: attrS(it, in.names.PartitionKey), Namespace: ns, Strategy: StrategyTicket, State: LockReleased,
+		Revision: row.rev, Expires: secTime(it, in.names.TTL), LastForced: forcedOnRow(it, in.names, StrategyTicket),
 		Tickets: &TicketCounters{Serving: row.serving, Next: row.next, Released: row.rel, Skipped: row.skip, Life: row.life},
 		ReadAt:  now}
 	last := min(row.serving, row.next) // the last ticket allowed in
@@ -629,7 +630,7 @@ func (in *Inspector) queueLock(key, ns string, counter item, rows []item, now ti
 	next, _ := attrN(counter, attrNext)
 	l := Lock{Key: key, Namespace: ns, Strategy: StrategyQueue, State: LockReleased,
 		Fence: fenceInfo(Fence(next)), Tickets: &TicketCounters{Next: next},
-		LastForced: forcedOnRow(counter, StrategyQueue), ReadAt: now}
+		LastForced: forcedOnRow(counter, in.names, StrategyQueue), ReadAt: now}
 	for i, r := range rows {
 		tk, _ := attrN(r, attrTicket)
 		rev, _ := attrN(r, attrRev)
@@ -638,7 +639,7 @@ func (in *Inspector) queueLock(key, ns string, counter item, rows []item, now ti
 		if i == 0 {
 			l.Holder = &LockHolder{Owner: attrS(r, attrOwner), LeaseID: attrS(r, attrLeaseID), Ticket: tk,
 				Heartbeat: msTime(r, attrHB), Until: until, Lease: time.Duration(ms) * time.Millisecond}
-			l.Fence, l.Revision, l.Expires = fenceInfo(Fence(tk)), rev, secTime(r, attrExpiresAt)
+			l.Fence, l.Revision, l.Expires = fenceInfo(Fence(tk)), rev, secTime(r, in.names.TTL)
 			l.State = LockHeld
 			if in.abandoned(until, now) {
 				l.State = LockAbandoned
@@ -679,11 +680,11 @@ func (in *Inspector) Show(ctx context.Context, key string, opts ShowOptions) ([]
 			return nil, invalidOption("strategy", "item locks live on data items: use ShowItem")
 		}
 	}
-	kc := expression.Key(attrPK).Equal(expression.Value(key))
+	kc := expression.Key(in.names.PartitionKey).Equal(expression.Value(key))
 	if opts.Namespace != "" {
 		// The namespace's rows: "<ns>" itself and "<ns>#...". begins_with("<ns>") also
 		// matches longer namespaces ("<ns>x"): the namespace test below filters those out.
-		kc = kc.And(expression.Key(attrSK).BeginsWith(opts.Namespace))
+		kc = kc.And(expression.Key(in.names.SortKey).BeginsWith(opts.Namespace))
 	}
 	items, err := in.query(ctx, kc, true)
 	if err != nil {
@@ -731,10 +732,10 @@ func (in *Inspector) assemble(items []item, now time.Time, keep func(rowKind, st
 	counters := map[qkey]item{}
 	var queueOrder []qkey
 	for _, it := range items {
-		kind, ns := lockRow(it)
+		kind, ns := lockRow(it, in.names)
 		switch kind {
 		case rowAudit:
-			r := auditRecord(it)
+			r := auditRecord(it, in.names)
 			audits[ns+"\x00"+string(r.Strategy)] = append(audits[ns+"\x00"+string(r.Strategy)], r)
 			continue
 		case rowUnknown:
@@ -764,9 +765,9 @@ func (in *Inspector) assemble(items []item, now time.Time, keep func(rowKind, st
 	for _, q := range queueOrder {
 		key := ""
 		if c := counters[q]; c != nil {
-			key = attrS(c, attrPK)
+			key = attrS(c, in.names.PartitionKey)
 		} else {
-			key = attrS(queueRows[q][0], attrPK)
+			key = attrS(queueRows[q][0], in.names.PartitionKey)
 		}
 		locks = append(locks, in.queueLock(key, q.ns, counters[q], queueRows[q], now))
 	}
@@ -859,12 +860,12 @@ func (in *Inspector) List(ctx context.Context, opts ListOptions) (ListPage, erro
 			return ListPage{}, err
 		}
 	}
-	start, err := decodePageToken(opts.PageToken)
+	start, err := decodePageToken(opts.PageToken, in.names)
 	if err != nil {
 		return ListPage{}, err
 	}
 	e := expr(expression.NewBuilder().WithFilter(
-		expression.Not(expression.BeginsWith(name(attrPK), reservedPrefix))))
+		expression.Not(expression.BeginsWith(name(in.names.PartitionKey), reservedPrefix))))
 	in2 := &dynamodb.ScanInput{
 		TableName:                 aws.String(in.table),
 		FilterExpression:          e.Filter(),
@@ -883,7 +884,7 @@ func (in *Inspector) List(ctx context.Context, opts ListOptions) (ListPage, erro
 	now := in.clock.Now()
 	var page ListPage
 	for _, it := range out.Items {
-		kind, ns := lockRow(it) // not by sort key alone: the table may hold other items
+		kind, ns := lockRow(it, in.names) // not by sort key alone: the table may hold other items
 		var l Lock
 		switch kind {
 		case rowMutex:
@@ -891,13 +892,13 @@ func (in *Inspector) List(ctx context.Context, opts ListOptions) (ListPage, erro
 		case rowTicket:
 			l = in.ticketLock(it, ns, now)
 		case rowQueueCounter:
-			key := attrS(it, attrPK)
-			rows, err := in.query(ctx, expression.Key(attrPK).Equal(expression.Value(key)).
-				And(expression.Key(attrSK).BeginsWith(ticketPrefix(ns))), opts.Consistent)
+			key := attrS(it, in.names.PartitionKey)
+			rows, err := in.query(ctx, expression.Key(in.names.PartitionKey).Equal(expression.Value(key)).
+				And(expression.Key(in.names.SortKey).BeginsWith(ticketPrefix(ns))), opts.Consistent)
 			if err != nil {
 				return ListPage{}, fmt.Errorf("lockcore: list %s: queue %q: %w", in.table, key, err)
 			}
-			rows = slices.DeleteFunc(rows, func(r item) bool { k, _ := lockRow(r); return k != rowQueueTicket })
+			rows = slices.DeleteFunc(rows, func(r item) bool { k, _ := lockRow(r, in.names); return k != rowQueueTicket })
 			l = in.queueLock(key, ns, it, rows, now)
 		default:
 			continue // queue ticket rows (read with their counter), audit rows
@@ -908,7 +909,7 @@ func (in *Inspector) List(ctx context.Context, opts ListOptions) (ListPage, erro
 		}
 	}
 	if len(out.LastEvaluatedKey) > 0 {
-		if page.Next, err = encodePageToken(out.LastEvaluatedKey); err != nil {
+		if page.Next, err = encodePageToken(out.LastEvaluatedKey, in.names); err != nil {
 			return ListPage{}, fmt.Errorf("lockcore: list %s: %w", in.table, err)
 		}
 	}
@@ -942,9 +943,9 @@ type pageToken struct {
 	SK string `json:"sk"`
 }
 
-func encodePageToken(k item) (string, error) {
-	pk, ok1 := k[attrPK].(*types.AttributeValueMemberS)
-	sk, ok2 := k[attrSK].(*types.AttributeValueMemberS)
+func encodePageToken(k item, names TableAttributes) (string, error) {
+	pk, ok1 := k[names.PartitionKey].(*types.AttributeValueMemberS)
+	sk, ok2 := k[names.SortKey].(*types.AttributeValueMemberS)
 	if !ok1 || !ok2 || len(k) != 2 {
 		return "", fmt.Errorf("unexpected scan position (is this a lock table with string keys pk and sk?)")
 	}
@@ -955,7 +956,7 @@ func encodePageToken(k item) (string, error) {
 	return base64.RawURLEncoding.EncodeToString(b), nil
 }
 
-func decodePageToken(tok string) (item, error) {
+func decodePageToken(tok string, names TableAttributes) (item, error) {
 	if tok == "" {
 		return nil, nil
 	}
@@ -967,7 +968,7 @@ func decodePageToken(tok string) (item, error) {
 	if err != nil || pt.PK == "" || pt.SK == "" {
 		return nil, invalidOption("pageToken", "not a token returned by List")
 	}
-	return item{attrPK: s(pt.PK), attrSK: s(pt.SK)}, nil
+	return names.key(pt.PK, pt.SK), nil
 }
 
 // ItemLock is what ShowItem reports about the lock attributes of a data item.

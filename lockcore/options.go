@@ -72,7 +72,9 @@ const (
 
 // config holds the options shared by every strategy.
 type config struct {
-	strategy    Strategy // set by clientConfig
+	strategy    Strategy        // set by clientConfig
+	names       TableAttributes // the lock table's key and TTL attribute names
+	namesSet    bool
 	lease       time.Duration
 	minLease    time.Duration
 	heartbeat   time.Duration // 0 = no automatic heartbeat
@@ -271,6 +273,9 @@ func clientConfig(db DynamoDB, table string, s Strategy, opts []Option) (*config
 		return nil, err
 	}
 	c.strategy = s
+	if c.namesSet && s == StrategyItem {
+		return nil, invalidOption("WithTableAttributes", "applies to the lock table's strategies (Mutex, TicketLock, Queue), not to %s, which locks items of your own table", s)
+	}
 	for field, owner := range c.strategyOnly {
 		if owner != s {
 			return nil, invalidOption(field, "applies to the %s strategy only, not to %s", owner, s)
@@ -285,6 +290,7 @@ func newConfig(opts []Option) (*config, error) {
 		host = "host"
 	}
 	c := &config{
+		names:       DefaultTableAttributes,
 		lease:       DefaultLease,
 		minLease:    DefaultMinLease,
 		owner:       fmt.Sprintf("%s-%d-%s", host, os.Getpid(), randomHex(2)),

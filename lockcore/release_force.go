@@ -71,22 +71,22 @@ const (
 	forceAttempts     = 10
 )
 
-func forcedOnRow(it item, st Strategy) *ForceRecord {
+func forcedOnRow(it item, names TableAttributes, st Strategy) *ForceRecord {
 	id := attrS(it, attrForcedID)
 	if id == "" {
 		return nil
 	}
 	tok, _ := attrN(it, attrForcedToken)
-	_, ns := classifySK(attrS(it, attrSK))
+	_, ns := classifySK(attrS(it, names.SortKey))
 	return &ForceRecord{ID: id, Actor: attrS(it, attrForcedBy), Reason: attrS(it, attrForcedReason),
-		At: msTime(it, attrForcedAt), Strategy: st, Key: attrS(it, attrPK), Namespace: ns,
+		At: msTime(it, attrForcedAt), Strategy: st, Key: attrS(it, names.PartitionKey), Namespace: ns,
 		LeaseID: attrS(it, attrForcedLease), Owner: attrS(it, attrForcedOwner), Token: fenceInfo(Fence(tok))}
 }
 
-func auditRecord(it item) ForceRecord {
+func auditRecord(it item, names TableAttributes) ForceRecord {
 	tok, _ := attrN(it, attrForcedToken)
 	return ForceRecord{ID: attrS(it, attrForcedID), Actor: attrS(it, attrForcedBy), Reason: attrS(it, attrForcedReason),
-		At: msTime(it, attrForcedAt), Strategy: Strategy(attrS(it, attrAuditStrategy)), Key: attrS(it, attrPK),
+		At: msTime(it, attrForcedAt), Strategy: Strategy(attrS(it, attrAuditStrategy)), Key: attrS(it, names.PartitionKey),
 		Namespace: attrS(it, attrAuditNS), LeaseID: attrS(it, attrForcedLease), Owner: attrS(it, attrForcedOwner),
 		Token: fenceInfo(Fence(tok))}
 }
@@ -184,9 +184,9 @@ func (in *Inspector) ForceRelease(ctx context.Context, key string, opts ForceOpt
 	}
 	rec := &ForceRecord{ID: randomHex(16), Actor: opts.Actor, Reason: opts.Reason,
 		Strategy: opts.Strategy, Key: key, Namespace: opts.Namespace}
-	rowKey := item{attrPK: s(key), attrSK: s(opts.Namespace)}
+	rowKey := item{in.names.PartitionKey: s(key), in.names.SortKey: s(opts.Namespace)}
 	if opts.Strategy == StrategyTicket {
-		rowKey[attrSK] = s(opts.Namespace + ticketSuffix)
+		rowKey[in.names.SortKey] = s(opts.Namespace + ticketSuffix)
 	}
 	target := opts.LeaseID // the lease to end: fixed by the first read unless given
 	// token: the lease's fencing token, fixed by the first read unless given. A lease id
@@ -259,7 +259,7 @@ func (in *Inspector) ForceRelease(ctx context.Context, key string, opts ForceOpt
 		}
 		token, life, pinned = rec.Token.Token, attrS(cur, attrLife), true
 		audit := item{
-			attrPK: s(key), attrSK: s(auditSK(opts.Namespace, opts.Strategy, now, rec.ID)),
+			in.names.PartitionKey: s(key), in.names.SortKey: s(auditSK(opts.Namespace, opts.Strategy, now, rec.ID)),
 			attrAuditStrategy: s(string(opts.Strategy)), attrAuditNS: s(opts.Namespace),
 			attrForcedID: s(rec.ID), attrForcedBy: s(rec.Actor), attrForcedAt: n(now.UnixMilli()),
 			attrForcedReason: s(rec.Reason), attrForcedLease: s(rec.LeaseID), attrForcedToken: n(int64(rec.Token.Token)),
@@ -267,7 +267,7 @@ func (in *Inspector) ForceRelease(ctx context.Context, key string, opts ForceOpt
 		if rec.Owner != "" {
 			audit[attrForcedOwner] = s(rec.Owner)
 		}
-		ae := expr(expression.NewBuilder().WithCondition(expression.AttributeNotExists(name(attrPK))))
+		ae := expr(expression.NewBuilder().WithCondition(expression.AttributeNotExists(name(in.names.PartitionKey))))
 		_, err = in.db.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{
 			TransactItems: []types.TransactWriteItem{
 				{Update: &upd},
@@ -311,12 +311,12 @@ func forceFailed(key string, pending []ForceRecord, err error) error {
 // reads of its known key) and returns the record of the one that landed (nil: none did).
 func (in *Inspector) landedAudit(ctx context.Context, key string, pending []ForceRecord) (*ForceRecord, error) {
 	for _, p := range pending {
-		it, err := in.get(ctx, in.table, item{attrPK: s(key), attrSK: s(auditSK(p.Namespace, p.Strategy, p.At, p.ID))})
+		it, err := in.get(ctx, in.table, item{in.names.PartitionKey: s(key), in.names.SortKey: s(auditSK(p.Namespace, p.Strategy, p.At, p.ID))})
 		if err != nil {
 			return nil, err
 		}
 		if it != nil && attrS(it, attrForcedID) == p.ID {
-			r := auditRecord(it)
+			r := auditRecord(it, in.names)
 			return &r, nil
 		}
 	}
@@ -325,7 +325,7 @@ func (in *Inspector) landedAudit(ctx context.Context, key string, pending []Forc
 
 // landed completes rec from the row an earlier attempt of this call wrote.
 func (in *Inspector) landed(rec *ForceRecord, cur item) *ForceRecord {
-	if r := forcedOnRow(cur, rec.Strategy); r != nil {
+	if r := forcedOnRow(cur, in.names, rec.Strategy); r != nil {
 		r.Namespace = rec.Namespace
 		return r
 	}
@@ -367,7 +367,7 @@ func (in *Inspector) forceMutex(cur item, rowKey item, target *string, rec *Forc
 		Set(name(attrLeaseID), value(forcedLeasePrefix+rec.ID)).
 		Set(name(attrPrevLease), value(id)).
 		Set(name(attrPrevState), value("forced")).
-		Set(name(attrExpiresAt), value(ttlSeconds(now.Add(in.retention)))).
+		Set(name(in.names.TTL), value(ttlSeconds(now.Add(in.retention)))).
 		Remove(name(attrUntil)).
 		Remove(name(attrData)).
 		Add(name(attrRev), value(1)).
@@ -400,7 +400,7 @@ func (in *Inspector) forceTicket(cur item, rowKey item, target *string, rec *For
 	ttl := ttlSeconds(now.Add(max(in.retention, time.Duration(row.leaseMs)*time.Millisecond+DefaultTTLGrace)))
 	u := expression.Set(name(attrServing), value(row.serving+1)).
 		Set(name(attrSkip), value(row.serving)).
-		Set(name(attrExpiresAt), value(ttl)).
+		Set(name(in.names.TTL), value(ttl)).
 		Add(name(attrRev), value(1)).
 		Remove(name(wattr))
 	u = forcedAttrs(u, rec, now)
@@ -437,7 +437,7 @@ func (in *Inspector) forceFairMutex(cur item, rowKey item, target *string, rec *
 	ttl := ttlSeconds(now.Add(max(in.retention, h.Lease+DefaultTTLGrace)))
 	u := expression.Set(name(attrServing), value(row.serving+1)).
 		Set(name(attrSkip), value(row.serving)).
-		Set(name(attrExpiresAt), value(ttl)).
+		Set(name(in.names.TTL), value(ttl)).
 		Add(name(attrRev), value(1)).
 		Set(name(waiterPrefix+id), value(tombstone(now))). // as a skip leaves it (see Mutex.skip)
 		Remove(name(detailPrefix + id)).
@@ -494,7 +494,7 @@ func GuardedWriteError(err error, guard int, l *Lease) error {
 	switch {
 	case attrS(r.Item, attrState) == stateFair:
 		cur = parseMutexRow(r.Item, "").holder()
-	case strings.HasSuffix(attrS(r.Item, attrSK), ticketSuffix): // a TicketLock's row
+	case leaseStrategy(l.ops) == StrategyTicket: // a TicketLock's row
 		if row := parseTicketRow(r.Item, ""); row.servedEntry {
 			cur = row.holder()
 		}

@@ -171,7 +171,7 @@ func parseQueueRow(it item, counter string, offset int64, wattr string) ticketRo
 }
 
 func (t *TicketLock) keyOf(key, ns string) item {
-	return item{attrPK: s(key), attrSK: s(ns + ticketSuffix)}
+	return item{t.cfg.names.PartitionKey: s(key), t.cfg.names.SortKey: s(ns + ticketSuffix)}
 }
 
 func (t *TicketLock) validate(key, ns string) error {
@@ -311,7 +311,7 @@ func (t *TicketLock) take(ctx context.Context, key string, ac *acquireConfig, st
 			Set(name(attrRev), expression.IfNotExists(name(attrRev), value(0))).
 			Set(name(attrLife), expression.IfNotExists(name(attrLife), value(h.life))).
 			Set(name(attrLeaseMs), value(leaseMs)).
-			Set(name(attrExpiresAt), value(t.expiry(now, ac.lease)))
+			Set(name(t.cfg.names.TTL), value(t.expiry(now, ac.lease)))
 		e := expr(expression.NewBuilder().WithCondition(cond).WithUpdate(upd))
 		if first.IsZero() {
 			first = now
@@ -400,7 +400,7 @@ func (t *TicketLock) skip(ctx context.Context, key, ns string, row ticketRow, wa
 		expression.Equal(name(attrLife), value(row.life)))
 	upd := expression.Set(name(attrServing), value(row.serving+1)).
 		Set(name(attrSkip), value(row.serving)).
-		Set(name(attrExpiresAt), value(t.expiry(t.cfg.clock.Now(), time.Duration(row.leaseMs)*time.Millisecond))).
+		Set(name(t.cfg.names.TTL), value(t.expiry(t.cfg.clock.Now(), time.Duration(row.leaseMs)*time.Millisecond))).
 		Add(name(attrRev), value(1))
 	if wattr != "" {
 		upd = upd.Remove(name(wattr))
@@ -603,7 +603,7 @@ func (t *TicketLock) withdraw(ctx context.Context, h *ticketHold) {
 			expression.AttributeExists(name(h.wattr)))).
 		// The TTL from the lock's lease (the holder's too), not this client's default: a
 		// shorter one could let TTL remove the row under a live holder.
-		WithUpdate(endEntry(expression.Set(name(attrExpiresAt), value(t.expiry(t.cfg.clock.Now(), h.lease))), h.wattr, h.tomb, t.cfg.clock.Now())))
+		WithUpdate(endEntry(expression.Set(name(t.cfg.names.TTL), value(t.expiry(t.cfg.clock.Now(), h.lease))), h.wattr, h.tomb, t.cfg.clock.Now())))
 	// Keep trying while the detached context lasts (5 s): a waiter cut off from DynamoDB
 	// for longer leaves its ticket behind, and it is skipped after a lease.
 	bo := backoff{base: 50 * time.Millisecond, cap: 500 * time.Millisecond}
@@ -668,7 +668,7 @@ func (t *TicketLock) withdrawUnknown(ctx context.Context, key, ns string, h *tic
 		// A row in use keeps its TTL (its lease may not be ours: the request may have
 		// failed on that); a row this creates gets one, so that TTL removes it.
 		WithUpdate(expression.Set(name(h.wattr), value(tombstone(now))).
-			Set(name(attrExpiresAt), expression.IfNotExists(name(attrExpiresAt), value(t.expiry(now, h.lease))))))
+			Set(name(t.cfg.names.TTL), expression.IfNotExists(name(t.cfg.names.TTL), value(t.expiry(now, h.lease))))))
 	bo := backoff{base: 50 * time.Millisecond, cap: 500 * time.Millisecond}
 	for { // while rctx lasts (5 s), as withdraw
 		_, err := t.db.UpdateItem(rctx, conditionalUpdate(t.table, t.keyOf(key, ns), e, types.ReturnValueNone), noSDKRetry)
@@ -703,7 +703,7 @@ func (t *TicketLock) withdrawUnknown(ctx context.Context, key, ns string, h *tic
 // startEpoch gives the row a fence epoch, for a holder that found none (the row's first
 // life, or the first after TTL deleted it).
 func (t *TicketLock) startEpoch(ctx context.Context, h *ticketHold) (int64, error) {
-	epoch, err := takeEpoch(ctx, t.db, t.table, h.key, backoff{base: t.cfg.backoffBase, cap: t.cfg.backoffCap})
+	epoch, err := takeEpoch(ctx, t.db, t.table, t.cfg.names, h.key, backoff{base: t.cfg.backoffBase, cap: t.cfg.backoffCap})
 	if err != nil {
 		return 0, err
 	}
@@ -800,7 +800,7 @@ func (h *ticketHold) renew(ctx context.Context, l *Lease) error {
 	for {
 		e := expr(expression.NewBuilder().WithCondition(h.ours()).WithUpdate(
 			expression.Add(name(attrRev), value(1)).
-				Set(name(attrExpiresAt), value(t.expiry(t.cfg.clock.Now(), l.duration)))))
+				Set(name(h.t.cfg.names.TTL), value(t.expiry(t.cfg.clock.Now(), l.duration)))))
 		out, err := t.db.UpdateItem(ctx, conditionalUpdate(t.table, t.keyOf(h.key, h.ns), e, types.ReturnValueNone), noSDKRetry)
 		switch {
 		case err == nil:
@@ -830,7 +830,7 @@ func (h *ticketHold) release(ctx context.Context, l *Lease) error {
 	for {
 		upd := endEntry(expression.Set(name(attrServing), value(h.ticket+1)).
 			Set(name(attrRel), value(h.ticket)).
-			Set(name(attrExpiresAt), value(t.expiry(t.cfg.clock.Now(), l.duration))).
+			Set(name(h.t.cfg.names.TTL), value(t.expiry(t.cfg.clock.Now(), l.duration))).
 			Add(name(attrRev), value(1)), h.wattr, h.tomb, t.cfg.clock.Now())
 		for _, tomb := range h.gc {
 			upd = upd.Remove(name(tomb))
