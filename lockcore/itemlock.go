@@ -85,9 +85,14 @@ func WithItemAttributes(a ItemAttributes) Option {
 	}
 }
 
-// RequireItem makes an ItemLocker's Acquire fail with ErrItemNotFound when the item does
-// not exist, instead of creating it with only its key and lock attributes. Other
+// WithRequiredItem makes an ItemLocker's Acquire fail with ErrItemNotFound when the item
+// does not exist, instead of creating it with only its key and lock attributes. Other
 // strategies refuse it.
+func WithRequiredItem() Option { return RequireItem() }
+
+// RequireItem is WithRequiredItem.
+//
+// Deprecated: client options are named With...; use WithRequiredItem.
 func RequireItem() Option {
 	return func(c *config) error { c.only("requireItem", StrategyItem); c.item.require = true; return nil }
 }

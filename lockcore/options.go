@@ -445,6 +445,10 @@ func Wait(p WaitPolicy) AcquireOption { return p }
 // Lambda's remaining time, say). The same rules apply: at least the minimum lease, whole
 // milliseconds, longer than the heartbeat interval when one is set. Clients of one
 // TicketLock must agree on the lease while it is in use.
+//
+// Options follow one rule: a client option (set once, for every call) is WithX, and the
+// per-call option of the same setting is X (WithWait and Wait, WithObserver has none);
+// the lease is the one exception, LeaseDuration, because Lease is the lease's type.
 func LeaseDuration(d time.Duration) AcquireOption {
 	return acquireFunc(func(a *acquireConfig) error { a.lease = d; return nil })
 }

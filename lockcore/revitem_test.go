@@ -145,7 +145,7 @@ func TestItemRequireItemNotRecreatedByQueueInit(t *testing.T) {
 		t.Fatal(err)
 	}
 	f := &deleteBeforeInitQueue{DynamoDB: e.db, table: e.data, key: key}
-	w, _ := lockcore.NewItemLocker(f, e.data, fast("w", lockcore.RequireItem())...)
+	w, _ := lockcore.NewItemLocker(f, e.data, fast("w", lockcore.WithRequiredItem())...)
 	lw, err := w.Acquire(ctx, key, lockcore.WaitUpTo(10*time.Second))
 	if !f.fired.Load() {
 		t.Fatal("setup: the queue was never initialised")
