@@ -47,11 +47,16 @@ const DefaultOTLPEndpoint = "http://localhost:4318"
 // a collector that is missing (no layer) must not hold every invocation for long.
 const flushTimeout = 2 * time.Second
 
+// defaultOTLPEndpoint is DefaultOTLPEndpoint; tests point it at a receiver of theirs.
+var defaultOTLPEndpoint = DefaultOTLPEndpoint
+
 // newSpanExporter makes the exporter of the tracer provider; tests replace it.
 var newSpanExporter = func(ctx context.Context) (sdktrace.SpanExporter, error) {
 	var opts []otlptracehttp.Option
 	if os.Getenv("OTEL_EXPORTER_OTLP_ENDPOINT") == "" && os.Getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") == "" {
-		opts = append(opts, otlptracehttp.WithEndpointURL(DefaultOTLPEndpoint))
+		// The full URL: WithEndpointURL takes the path as given (none would mean "/"),
+		// unlike OTEL_EXPORTER_OTLP_ENDPOINT, to which the exporter appends /v1/traces.
+		opts = append(opts, otlptracehttp.WithEndpointURL(defaultOTLPEndpoint+"/v1/traces"))
 	}
 	// No retries: the export runs inside the invocation (flushTimeout), and a local
 	// collector that refused a batch will refuse it again a moment later.

@@ -4,7 +4,10 @@ import (
 	"context"
 	"encoding/binary"
 	"encoding/hex"
+	"fmt"
+	"io"
 	"net/http"
+	"net/http/httptest"
 	"regexp"
 	"slices"
 	"strings"
@@ -399,5 +402,73 @@ func TestOTelRefusesRemoteCollectorInsideLambda(t *testing.T) {
 				t.Errorf("handler wrapped %v, SDK instrumented %v; want %v", wrapped, len(cfg.APIOptions) > 0, !tt.refused)
 			}
 		})
+	}
+}
+
+// The real exporter: spans reach an OTLP/HTTP receiver on loopback (the collector layer's
+// place), at OTEL_EXPORTER_OTLP_ENDPOINT or by default at DefaultOTLPEndpoint, in plain
+// HTTP on /v1/traces, before the invocation returns.
+func TestOTelExportsOverOTLPHTTP(t *testing.T) {
+	for _, viaEnv := range []bool{true, false} {
+		t.Run(fmt.Sprintf("OTEL_EXPORTER_OTLP_ENDPOINT set %v", viaEnv), func(t *testing.T) {
+			testOTLPExport(t, viaEnv)
+		})
+	}
+}
+
+func testOTLPExport(t *testing.T, viaEnv bool) {
+	inLambda(t, TracingOTel)
+	var mu sync.Mutex
+	var got []string
+	collector := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		mu.Lock()
+		got = append(got, r.Method+" "+r.URL.Path+" "+r.Header.Get("Content-Type")+" "+string(b))
+		mu.Unlock()
+		w.Header().Set("Content-Type", "application/x-protobuf")
+	}))
+	defer collector.Close()
+	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "")
+	t.Setenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "")
+	if viaEnv {
+		t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", collector.URL)
+	} else {
+		old := defaultOTLPEndpoint
+		defaultOTLPEndpoint = collector.URL // in place of http://localhost:4318
+		t.Cleanup(func() { defaultOTLPEndpoint = old })
+	}
+	otelState.mu.Lock()
+	otelState.tp = nil // the real newSpanExporter, made anew with this endpoint
+	otelState.mu.Unlock()
+	t.Cleanup(func() {
+		otelState.mu.Lock()
+		if otelState.tp != nil {
+			_ = otelState.tp.Shutdown(context.Background())
+		}
+		otelState.tp = nil
+		otelState.mu.Unlock()
+	})
+	table := testenv.Table(t, "LockTable")
+	cfg, err := AWSConfig(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	db := dynamodb.NewFromConfig(cfg)
+	h := TraceHandler(lambda.NewHandler(func(ctx context.Context) error {
+		_, err := db.DescribeTable(ctx, &dynamodb.DescribeTableInput{TableName: aws.String(table)})
+		return err
+	}))
+	if _, err := h.Invoke(context.Background(), []byte(`{}`)); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(got) == 0 {
+		t.Fatal("no export reached the collector before Invoke returned")
+	}
+	all := strings.Join(got, "\n")
+	if !strings.HasPrefix(got[0], "POST /v1/traces application/x-protobuf ") ||
+		!strings.Contains(all, "DynamoDB.DescribeTable") || !strings.Contains(all, "turnstile-test-fn") {
+		t.Errorf("collector received %q", all)
 	}
 }
