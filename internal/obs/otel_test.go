@@ -472,3 +472,24 @@ func testOTLPExport(t *testing.T, viaEnv bool) {
 		t.Errorf("collector received %q", all)
 	}
 }
+
+// FuzzXRayHeader: any header either parses to a valid remote span context whose canonical
+// form parses back to the same one, or leaves the context alone; nothing panics.
+func FuzzXRayHeader(f *testing.F) {
+	f.Add("Root=1-5759e988-bd862e3fe1be46a994272793;Parent=53995c3f42cd8ad8;Sampled=1")
+	f.Add("Root=1-5759e988-bd862e3fe1be46a994272793;Parent=53995c3f42cd8ad8;Sampled=?;Lineage=a87bd80c:0")
+	f.Add("Self=1-5759e988-bd862e3fe1be46a994272793;Root=;Parent==")
+	f.Fuzz(func(t *testing.T, h string) {
+		sc, ok := parseXRayHeader(h)
+		if !ok {
+			return
+		}
+		if !sc.IsValid() || !sc.IsRemote() {
+			t.Fatalf("parse(%q) = %v, not a valid remote context", h, sc)
+		}
+		again, ok := parseXRayHeader(formatXRayHeader(sc))
+		if !ok || again.TraceID() != sc.TraceID() || again.SpanID() != sc.SpanID() || again.IsSampled() != sc.IsSampled() {
+			t.Fatalf("round trip of %q: %v, then %q gives %v", h, sc, formatXRayHeader(sc), again)
+		}
+	})
+}
