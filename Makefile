@@ -129,6 +129,24 @@ vuln: $(GOVULNCHECK) ## govulncheck ./... and each bootstrap (-mode binary); GOV
 	  $(GOVULNCHECK) -db "$$db" -mode binary "$$f"; \
 	done
 
+# The playground (issue #29): live locks of every kind for `turnstile locks` on a fresh clone.
+# It starts (or reuses) the engine of `make engine`, builds the tables from template.yaml and
+# leaves a background holder process (.cache/playground/holders.{pid,log}) for
+# PLAYGROUND_DURATION; the last lines printed say how to point the CLI at it.
+PLAYGROUND_DURATION ?= 10m
+
+.PHONY: playground
+playground: ## Live locks of every kind on the local engine for the CLI (held, waiting, abandoned; PLAYGROUND_DURATION=10m); prints the exports.
+	@mkdir -p $(BIN_DIR)
+	@$(GO) build -o $(BIN_DIR)/playground ./cmd/playground
+	@out=$$($(GO) run ./cmd/ddblocal start) || exit 1; echo "$$out"; \
+	endpoint=$$(printf '%s\n' "$$out" | sed -n 's/^DYNAMODB_ENDPOINT=//p' | tail -n 1); \
+	DYNAMODB_ENDPOINT="$$endpoint" $(BIN_DIR)/playground start -duration '$(PLAYGROUND_DURATION)'
+
+.PHONY: playground-stop
+playground-stop: ## Stop the playground's holders (their locks are released); the engine keeps running (make engine-stop).
+	@$(GO) run ./cmd/playground stop
+
 .PHONY: demo
 demo: ## Run the demo against a fresh local engine (or DYNAMODB_ENDPOINT); flags via DEMO_FLAGS="-orders 500 -seed 2".
 	$(GO) run ./cmd/demo $(DEMO_FLAGS)

@@ -38,8 +38,8 @@ const (
 //     other services keep their normal endpoints. When no credentials are configured in the
 //     environment or a profile, static local credentials are used, the region defaults to
 //     us-east-1, and the EC2 instance metadata service is never probed.
-//   - Inside Lambda with tracing, the SDK clients are instrumented for X-Ray (see
-//     InstrumentAWS).
+//   - Inside Lambda with tracing, the SDK clients are traced with X-Ray or OpenTelemetry
+//     (see InstrumentAWS).
 //   - Inside Lambda (see InLambda), an endpoint override that is not a loopback address is
 //     refused with an error (see CheckEndpointOverrides): whoever can change a function's
 //     environment must not be able to send its signed requests, and the data they carry,

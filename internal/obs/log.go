@@ -1,7 +1,7 @@
 // Package obs is the observability and AWS wiring shared by the Lambda functions: JSON logs
 // with the Lambda request id (log/slog), the AWS SDK configuration (with DYNAMODB_ENDPOINT
-// for a local engine), X-Ray instrumentation of the SDK behind one small seam, and CloudWatch
-// Embedded Format metrics.
+// for a local engine), tracing of invocations and SDK calls behind one small seam (X-Ray or
+// OpenTelemetry, trace.go), and CloudWatch Embedded Format metrics.
 package obs
 
 import (
