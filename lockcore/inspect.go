@@ -1035,8 +1035,9 @@ func (in *Inspector) ShowItem(ctx context.Context, table string, key map[string]
 	switch id := st.lockedBy; {
 	case id == "":
 	case st.served() == servedGone:
-		out.State = LockAbandoned // handed to a ticket since withdrawn: the next waiter skips it
-		out.Holder = &LockHolder{LeaseID: fmt.Sprintf("ticket %d", st.serving), Ticket: st.serving}
+		// Handed to a ticket whose waiter had given up (withdrawn): nobody holds the item,
+		// and the next take skips that ticket at once, as the Mutex's and the TicketLock's
+		// do (which the Inspector shows as released too). Not abandoned: no holder died.
 	default:
 		ms := st.leaseMs
 		out.Holder = &LockHolder{Owner: st.owner, LeaseID: id,

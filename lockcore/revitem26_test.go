@@ -357,3 +357,42 @@ func TestItemHolderWriteKeepsRoomForTheNextHolder(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestShowItemWithdrawnServedTicketIsReleased: a holder's release hands the item to the
+// next ticket; when that waiter had already given up, nobody holds the item (the next take
+// skips the ticket at once). ShowItem showed it abandoned, held by "ticket 2", at once —
+// an operator's `locks abandoned` listed a lock no holder had left behind. The Mutex and
+// the TicketLock show the same situation as released.
+func TestShowItemWithdrawnServedTicketIsReleased(t *testing.T) {
+	e := newEnv(t)
+	ctx := ctxT(t, time.Minute)
+	a, _ := lockcore.NewItemLocker(e.db, e.data, fast("a")...)
+	w, _ := lockcore.NewItemLocker(e.db, e.data, fast("w")...)
+	l, err := a.Acquire(ctx, dataKey("withdrawn-served"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.Acquire(ctx, dataKey("withdrawn-served"), lockcore.WaitUpTo(300*time.Millisecond)); !errors.Is(err, lockcore.ErrWaitTimeout) {
+		t.Fatalf("w: %v, want ErrWaitTimeout", err)
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	in, err := lockcore.NewInspector(e.db, e.data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	li, err := in.ShowItem(ctx, e.data, dataKey("withdrawn-served"), lockcore.ItemAttributes{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if li.State != lockcore.LockReleased || li.Holder != nil {
+		t.Fatalf("ShowItem after the release to a withdrawn ticket: state %s, holder %+v; want released, no holder", li.State, li.Holder)
+	}
+	// And the next caller gets it at once.
+	l2, err := w.Acquire(ctx, dataKey("withdrawn-served"), lockcore.NoWait())
+	if err != nil {
+		t.Fatalf("next take: %v", err)
+	}
+	_ = l2.Release(ctx)
+}
