@@ -74,9 +74,11 @@ const maxRowLives = 1 << 20
 // one by its client's: that is, as long as the clocks of the clients that lock the item
 // disagree by less than the time between the beginnings of two consecutive lives (at
 // least the earlier life's span, from its first acquisition to its deletion), and no
-// take that begins a life was on its way for that long. Within a life tokens strictly
-// increase whatever the clocks say, while the life sees fewer than 1024 acquisitions per
-// µs (DynamoDB allows about one write per ms on an item). A life begun by a client of the
+// take that begins a life was on its way for that long, and as long as the earlier life
+// saw fewer acquisitions than 1024 per µs between the two beginnings (its last token,
+// epoch<<10 + n, must stay below the next life's first; DynamoDB allows about one write
+// per ms on an item, so n stays far below that). Within a life tokens strictly increase
+// whatever the clocks say: the epoch is fixed and n counts up. A life begun by a client of the
 // previous release has no epoch: its tokens are its tickets until a new client's take or
 // heartbeat gives it one (so they only grow). Tokens fit an int64 until the year 2255.
 const itemEpochShift = 10

@@ -125,6 +125,9 @@ type testHooks struct {
 	rowBytes int
 	// waitRoom runs when a Mutex take waits for room in a full row.
 	waitRoom func(key string)
+	// entryID, when set, draws a TicketLock's entry ids instead of compactID (so that
+	// tests can make two takes collide).
+	entryID func() string
 }
 
 // Option configures a Mutex, TicketLock, Queue, ItemLocker or Versioned store. Options are validated

@@ -281,7 +281,7 @@ func noWait(p WaitPolicy) bool { return !p.forever && p.max == 0 }
 // take issues a ticket. It returns the row as the issuing update left it and the send
 // time of the first request that may have issued it.
 func (t *TicketLock) take(ctx context.Context, key string, ac *acquireConfig, start time.Time) (_ *ticketHold, _ ticketRow, _ time.Time, retErr error) {
-	h := &ticketHold{t: t, key: key, ns: ac.namespace, life: randomHex(8), wattr: waiterPrefix + compactID(), lease: ac.lease}
+	h := &ticketHold{t: t, key: key, ns: ac.namespace, life: randomHex(8), wattr: waiterPrefix + t.entryID(), lease: ac.lease}
 	leaseMs := ac.lease.Milliseconds()
 	bo := backoff{base: t.cfg.backoffBase, cap: t.cfg.backoffCap}
 	var first time.Time
@@ -334,15 +334,24 @@ func (t *TicketLock) take(ctx context.Context, key string, ac *acquireConfig, st
 				}
 			}
 			row := parseTicketRow(old, h.wattr)
-			if row.ownEntry { // an earlier, ambiguous attempt of ours landed
+			_, tomb := row.tombs[h.wattr]
+			switch {
+			case row.ownEntry && uncertain: // an earlier, ambiguous attempt of ours landed
 				h.ticket, h.life = row.ownTicket, row.life
 				h.gc = row.oldTombs(now)
 				h.tomb = true
 				return h, row, first, nil
-			}
-			if _, gone := row.tombs[h.wattr]; gone {
-				// Cannot happen: only this call writes the tombstone, after its last try.
-				return nil, ticketRow{}, time.Time{}, fmt.Errorf("lockcore: ticket lock %q: ticket request withdrawn", key)
+			case tomb && uncertain:
+				// An earlier, ambiguous attempt of ours landed and its ticket has ended
+				// since (withdrawn): every copy of it now fails, so take a ticket under a
+				// new id.
+				h.wattr, uncertain, first = waiterPrefix+t.entryID(), false, time.Time{}
+				continue
+			case row.ownEntry || tomb:
+				// Another acquisition's entry (or its tombstone) under our random id: it
+				// is not ours, whatever its ticket. Draw another id, as the Mutex does.
+				h.wattr = waiterPrefix + t.entryID()
+				continue
 			}
 			// Only withdrawn tickets left to serve: nobody holds or waits (the lease may
 			// change then, and a NoWait take may enter). Skip them and try again.
@@ -873,6 +882,14 @@ func (h *ticketHold) release(ctx context.Context, l *Lease) error {
 // unfinished ticket keeps an entry in the row, and DynamoDB charges a write one WCU per
 // started KB of the item: with 8-character ids a row stays under 1 KB with about 64
 // waiters (12-character hex ids passed it at about 50, doubling every write's cost).
+// entryID draws a ticket entry's id (a test may draw them: WithEntryIDs).
+func (t *TicketLock) entryID() string {
+	if f := t.cfg.hooks.entryID; f != nil {
+		return f()
+	}
+	return compactID()
+}
+
 func compactID() string {
 	b := make([]byte, 6)
 	_, _ = rand.Read(b)

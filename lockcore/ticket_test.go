@@ -620,3 +620,45 @@ func TestTicketOptions(t *testing.T) {
 	_, err = tl.Acquire(ctx, "k", lockcore.Namespace(strings.Repeat("n", lockcore.MaxSortKeyBytes)))
 	mustNot(t, err, lockcore.ErrInvalidKey)
 }
+
+// TestTicketTakeCollidingEntryIDIsNotOurs: a take whose random entry id is already on the
+// row (another waiter's entry, or a tombstone) draws another id. It used to take any entry
+// under its id for its own earlier, ambiguous attempt — two clients sharing one ticket,
+// two holders — and to fail on a tombstone ("ticket request withdrawn"). The Mutex and the
+// ItemLocker already drew a new id.
+func TestTicketTakeCollidingEntryIDIsNotOurs(t *testing.T) {
+	e := newEnv(t)
+	ctx := ctxT(t, time.Minute)
+	a, _ := lockcore.NewTicketLock(e.db, e.locks, fast("a", lockcore.WithEntryIDs("SAMEid01"))...)
+	b, _ := lockcore.NewTicketLock(e.db, e.locks, fast("b", lockcore.WithEntryIDs("SAMEid01"))...)
+	la, err := a.Acquire(ctx, "collide")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// b's first id is a's live entry: b must queue behind a, not hold a's ticket.
+	if _, err := b.Acquire(ctx, "collide", lockcore.NoWait()); !errors.Is(err, lockcore.ErrLockHeld) {
+		t.Fatalf("b with a's entry id: %v, want ErrLockHeld (b must not take a's ticket for its own)", err)
+	}
+	if err := la.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// A withdrawn entry's tombstone under the id a new take draws: the take goes on.
+	w, _ := lockcore.NewTicketLock(e.db, e.locks, fast("w", lockcore.WithEntryIDs("TOMBid01"))...)
+	h, _ := lockcore.NewTicketLock(e.db, e.locks, fast("h")...)
+	lh, err := h.Acquire(ctx, "collide-tomb")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.Acquire(ctx, "collide-tomb", lockcore.WaitUpTo(200*time.Millisecond)); !errors.Is(err, lockcore.ErrWaitTimeout) {
+		t.Fatalf("w: %v, want ErrWaitTimeout", err)
+	}
+	c, _ := lockcore.NewTicketLock(e.db, e.locks, fast("c", lockcore.WithEntryIDs("TOMBid01"))...)
+	if err := lh.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	lc, err := c.Acquire(ctx, "collide-tomb", lockcore.WaitUpTo(5*time.Second))
+	if err != nil {
+		t.Fatalf("c, whose first id is a withdrawn entry's: %v", err)
+	}
+	_ = lc.Release(ctx)
+}
