@@ -401,8 +401,8 @@ func (in *Inspector) forceTicket(cur item, rowKey item, target *string, rec *For
 	u := expression.Set(name(attrServing), value(row.serving+1)).
 		Set(name(attrSkip), value(row.serving)).
 		Set(name(in.names.TTL), value(ttl)).
-		Add(name(attrRev), value(1)).
-		Remove(name(wattr))
+		Add(name(attrRev), value(1))
+	u = endEntry(u, wattr, true, now) // a tombstone, as a skip leaves (see TicketLock.skip)
 	u = forcedAttrs(u, rec, now)
 	return updateOf(in.table, rowKey, expr(expression.NewBuilder().WithCondition(cond).WithUpdate(u))), nil
 }

@@ -407,12 +407,16 @@ func (t *TicketLock) skip(ctx context.Context, key, ns string, row ticketRow, wa
 		expression.Equal(name(attrServing), value(row.serving)),
 		expression.Equal(name(attrRev), value(row.rev)),
 		expression.Equal(name(attrLife), value(row.life)))
+	now := t.cfg.clock.Now()
 	upd := expression.Set(name(attrServing), value(row.serving+1)).
 		Set(name(attrSkip), value(row.serving)).
-		Set(name(t.cfg.names.TTL), value(t.expiry(t.cfg.clock.Now(), time.Duration(row.leaseMs)*time.Millisecond))).
+		Set(name(t.cfg.names.TTL), value(t.expiry(now, time.Duration(row.leaseMs)*time.Millisecond))).
 		Add(name(attrRev), value(1))
 	if wattr != "" {
-		upd = upd.Remove(name(wattr))
+		// A tombstone, not a removal: the skipped ticket may have come from a retried,
+		// ambiguous take whose late copy could otherwise still land and issue a ticket
+		// nobody holds (the Mutex's skip does the same).
+		upd = endEntry(upd, wattr, true, now)
 	}
 	e := expr(expression.NewBuilder().WithCondition(cond).WithUpdate(upd))
 	_, err := t.db.UpdateItem(ctx, conditionalUpdate(t.table, t.keyOf(key, ns), e, types.ReturnValueNone), noSDKRetry)

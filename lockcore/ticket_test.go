@@ -662,3 +662,48 @@ func TestTicketTakeCollidingEntryIDIsNotOurs(t *testing.T) {
 	}
 	_ = lc.Release(ctx)
 }
+
+// isTicketTake matches a TicketLock's take (the update that issues a ticket).
+func isTicketTake(in *dynamodb.UpdateItemInput) bool {
+	hasNext, hasLease := false, false
+	for _, n := range in.ExpressionAttributeNames {
+		hasNext = hasNext || n == "next"
+		hasLease = hasLease || n == "leaseMs"
+	}
+	return hasNext && hasLease && in.ReturnValues == "ALL_NEW"
+}
+
+// TestTicketSkipLeavesTombstoneForLateTake: a's take is retried after an ambiguous error
+// (its first request held back) and the retry lands; a then stops heartbeating and b skips
+// it after a lease. The skip removed a's entry, so the late copy of a's first take could
+// still land and issue a ticket nobody holds: the next caller waited a whole lease for it.
+// The skip now leaves a tombstone (as the Mutex's does), and the late copy fails.
+func TestTicketSkipLeavesTombstoneForLateTake(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ctx := ctxT(t, 30*time.Second)
+	lw := &lateWrite{DynamoDB: e.db, match: isTicketTake, armed: true}
+	a, err := lockcore.NewTicketLock(lw, e.locks, fast("a")...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := lockcore.NewTicketLock(e.db, e.locks, fast("b")...)
+	actx, stop := context.WithCancel(ctx)
+	if _, err := a.Acquire(actx, "k"); err != nil {
+		t.Fatal(err)
+	}
+	stop() // a's heartbeat ends with its context: a stalls
+	if lw.held == nil {
+		t.Fatal("no take held back")
+	}
+	lb, err := b.Acquire(ctx, "k") // skips a, stalled, after its lease
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := lb.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := lw.release(ctx); err == nil {
+		t.Error("the late copy of a's take issued a ticket under a's entry id")
+	}
+}
