@@ -392,9 +392,8 @@ func (in *Inspector) forceTicket(cur item, rowKey item, target *string, rec *For
 	*target = id
 	rec.LeaseID, rec.Owner, rec.Token = id, "", fenceInfo(makeFence(row.epoch, row.serving))
 	wattr := row.waiters[row.serving]
-	cond := expression.And(
+	cond := expression.And( // the served ticket of this life, whatever its heartbeats did
 		expression.Equal(name(attrServing), value(row.serving)),
-		expression.Equal(name(attrRev), value(row.rev)),
 		expression.Equal(name(attrLife), value(row.life)),
 		expression.AttributeExists(name(wattr)))
 	ttl := ttlSeconds(now.Add(max(in.retention, time.Duration(row.leaseMs)*time.Millisecond+DefaultTTLGrace)))
@@ -428,10 +427,12 @@ func (in *Inspector) forceFairMutex(cur item, rowKey item, target *string, rec *
 	}
 	*target = h.LeaseID
 	rec.LeaseID, rec.Owner, rec.Token = h.LeaseID, h.Owner, fenceInfo(h.Token)
+	// The served ticket of this life of the row, whatever its heartbeats did since the
+	// read (not the revision: a holder heartbeating faster than an operator's round trip
+	// would refuse every attempt).
 	cond := expression.And(
 		expression.Equal(name(attrState), value(stateFair)),
 		expression.Equal(name(attrServing), value(row.serving)),
-		expression.Equal(name(attrRev), value(row.rev)),
 		expression.Equal(name(attrLife), value(row.life)),
 		expression.AttributeExists(name(waiterPrefix+id)))
 	ttl := ttlSeconds(now.Add(max(in.retention, h.Lease+DefaultTTLGrace)))
