@@ -139,11 +139,12 @@ func (o *ForceOptions) validate(key string) error {
 //
 // It is one TransactWriteItems of two writes, both or neither. The first updates the
 // lock row, conditioned on the lease read just before (Mutex and TicketLock: serving
-// ticket, revision, row life and the served ticket's entry; a Mutex row of the previous
-// release: lease id, revision and state held), so a lease that changed hands meanwhile
-// is never ended by mistake; a heartbeat of the same lease (a new revision) is re-read
-// and retried, in the same life of the row only (a lease's token has no epoch until
-// its holder wrote the row life's epoch).
+// ticket, row life and the served ticket's entry, which the lease's heartbeats leave
+// alone, so that a holder heartbeating faster than the operator's round trip can still
+// be ended; a Mutex row of the previous release: lease id, revision and state held, a
+// heartbeat of which is re-read and retried), so a lease that changed hands meanwhile is
+// never ended by mistake, in the same life of the row only (a lease's token has no epoch
+// until its holder wrote the row life's epoch).
 //
 //   - Mutex: the served ticket is skipped (serving + 1, its entries ended: a tombstone
 //     under its entry id, the next ticket's lease end left unrecorded), as a waiter skips a holder that stopped
