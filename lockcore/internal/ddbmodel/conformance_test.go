@@ -419,7 +419,7 @@ func newGen(seed uint64) *gen {
 	return g
 }
 
-func (g *gen) pick(n int) int       { return g.rng.IntN(n) }
+func (g *gen) pick(n int) int        { return g.rng.IntN(n) }
 func (g *gen) chance(p float64) bool { return g.rng.Float64() < p }
 
 func pickOf[T any](g *gen, xs []T) T { return xs[g.pick(len(xs))] }
@@ -446,7 +446,7 @@ var attrs = []struct {
 var numbers = []string{"0", "1", "2", "-1", "3", "10", "1.5", "1.50", "-2.25", "100", "1e2", "0.001", "7",
 	"99999999999999999999999999999999999999", "1e125", "-1e-130", "12345678901234567890.123456789012345678", "0.5", "-0"}
 
-var strs = []string{"", "a", "ab", "abc", "x", "x#1", "é", "b", "zz"}
+var strs = []string{"", "a", "ab", "abc", "x", "x#1", "é", "b", "zz", "é€", "😀"}
 
 func (g *gen) number() AV {
 	if g.chance(0.7) {
@@ -956,11 +956,14 @@ func (g *gen) transactOp() op {
 	var bErr error
 	seen := map[string]bool{}
 	for range n {
+		// Distinct items only: DynamoDB Local evaluates the conditions of a request
+		// with two actions on one item (and cancels it when one fails) where the
+		// service refuses it outright, as the model does.
 		k := g.key()
+		for try := 0; seen[keyString(k)] && try < 8; try++ {
+			k = g.key()
+		}
 		if seen[keyString(k)] {
-			// Distinct items only: DynamoDB Local evaluates the conditions of a
-			// request with two actions on one item (and cancels it when one fails)
-			// where the service refuses it outright, as the model does.
 			continue
 		}
 		seen[keyString(k)] = true

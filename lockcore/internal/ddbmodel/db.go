@@ -616,7 +616,6 @@ type keyUpdateError struct{ msg string }
 
 func (e *keyUpdateError) Error() string { return e.msg }
 
-
 // UpdateItem edits an item's attributes, creating it if needed.
 func (db *DB) UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput, _ ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error) {
 	const op = "UpdateItem"

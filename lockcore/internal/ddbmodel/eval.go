@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"unicode/utf8"
+	"unicode/utf16"
 
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 )
@@ -52,7 +52,11 @@ func condOperandValue(it Item, o operand) (AV, bool) {
 		n := -1
 		switch v := v.(type) {
 		case *types.AttributeValueMemberS:
-			n = len(v.Value)
+			// DynamoDB Local counts UTF-16 code units (Java's String.length).
+			n = 0
+			for _, r := range v.Value {
+				n += utf16.RuneLen(r)
+			}
 		case *types.AttributeValueMemberB:
 			n = len(v.Value)
 		case *types.AttributeValueMemberSS:
@@ -556,7 +560,11 @@ func addValue(it Item, a pathValue) AV {
 func deleteValue(it Item, a pathValue) (AV, bool) {
 	cur, ok := resolve(it, a.path)
 	if !ok {
-		if parent, ok := parentOf(it, a.path); !ok || parent != nil && typeOf(parent) != tM && typeOf(parent) != tL {
+		// Nothing to delete, but the path must fit the item: its parent a map (or
+		// a list, for an index).
+		parent, ok := parentOf(it, a.path)
+		last := a.path[len(a.path)-1]
+		if !ok || parent != nil && (last.isIndex && typeOf(parent) != tL || !last.isIndex && typeOf(parent) != tM) {
 			failUpdate(msgBadDocPath)
 		}
 		return nil, false
@@ -665,6 +673,3 @@ func projectInto(out Item, path docPath, v AV) {
 		}
 	}
 }
-
-// validUTF8 is a helper for key checks.
-func validUTF8(s string) bool { return utf8.ValidString(s) }
