@@ -31,7 +31,8 @@
 //     update (or projection) paths that overlap.
 //   - Evaluation as DynamoDB Local does it: a comparison with a missing attribute is
 //     false, except <>, which is true; values of different types are never ordered;
-//     size of a number is no value; an operand of an ordering comparison, BETWEEN or
+//     size of a string counts UTF-16 code units (Local is Java), size of a number is
+//     no value; an operand of an ordering comparison, BETWEEN or
 //     begins_with given as a literal of the wrong type, BETWEEN bounds of different
 //     types or in the wrong order, and an operator whose first operand reappears
 //     (a > a) are refused before the item is read. Every right-hand side of an update
@@ -87,7 +88,11 @@
 // ItemCollectionMetrics, item collection size limits, the 4 MB transaction size limit,
 // reserved words (the builder never sends a bare name), list index updates beyond SET
 // and REMOVE, and the exact text of most error messages (the code, the kind of error
-// and the too-large messages lockcore inspects are exact).
+// and the too-large messages lockcore inspects are exact). Strings are ordered by their
+// UTF-8 bytes, as the service documents; whether Local (Java, UTF-16) orders characters
+// from U+E000 up against those beyond U+FFFF the same way is not tested. The conformance
+// test exercises list values, list_append and size, but not list index updates, B keys
+// or Scan pages.
 //
 // # Where DynamoDB Local differs from the documented service
 //

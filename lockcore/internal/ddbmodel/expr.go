@@ -35,8 +35,9 @@ func isWordByte(c byte) bool {
 	return c == '_' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9'
 }
 
-func tokenize(s string) ([]token, error) {
-	var toks []token
+// tokenize splits s into tokens; msg is DynamoDB's complaint about a character it
+// cannot read ("" when none).
+func tokenize(s string) (toks []token, msg string) {
 	for i := 0; i < len(s); {
 		c := s[i]
 		switch {
@@ -48,7 +49,7 @@ func tokenize(s string) ([]token, error) {
 				j++
 			}
 			if j == i+1 {
-				return nil, fmt.Errorf("Syntax error; token: %q, near: %q", string(c), near(s, i))
+				return nil, fmt.Sprintf("Syntax error; token: %q, near: %q", string(c), near(s, i))
 			}
 			k := tName
 			if c == ':' {
@@ -80,10 +81,10 @@ func tokenize(s string) ([]token, error) {
 			toks = append(toks, token{tPunct, s[i : i+1], i})
 			i++
 		default:
-			return nil, fmt.Errorf("Invalid character encountered; character: %q, near: %q", string(c), near(s, i))
+			return nil, fmt.Sprintf("Invalid character encountered; character: %q, near: %q", string(c), near(s, i))
 		}
 	}
-	return append(toks, token{tEOF, "", len(s)}), nil
+	return append(toks, token{tEOF, "", len(s)}), ""
 }
 
 func near(s string, i int) string {
@@ -246,10 +247,6 @@ func (p *parser) fail(format string, args ...any) {
 	panic(&exprError{fmt.Sprintf("Invalid %s: %s", p.kind, fmt.Sprintf(format, args...))})
 }
 
-func (p *parser) failPlain(format string, args ...any) {
-	panic(&exprError{fmt.Sprintf(format, args...)})
-}
-
 func (p *parser) peek() token { return p.toks[p.i] }
 func (p *parser) next() token {
 	t := p.toks[p.i]
@@ -285,9 +282,9 @@ func (p *parser) isKeyword(kw string) bool {
 
 // parse runs f over src and turns a panic with an *exprError into an error.
 func parse[T any](ctx *exprContext, kind, src string, f func(p *parser) T) (out T, err error) {
-	toks, terr := tokenize(src)
-	if terr != nil {
-		return out, &exprError{fmt.Sprintf("Invalid %s: %s", kind, terr.Error())}
+	toks, msg := tokenize(src)
+	if msg != "" {
+		return out, &exprError{fmt.Sprintf("Invalid %s: %s", kind, msg)}
 	}
 	p := &parser{ctx: ctx, kind: kind, src: src, toks: toks}
 	defer func() {

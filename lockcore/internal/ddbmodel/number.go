@@ -19,10 +19,7 @@ const (
 	minAdjExp    = -130 // the smallest positive number is 1e-130
 )
 
-var (
-	bigTen  = big.NewInt(10)
-	bigZero = big.NewInt(0)
-)
+var bigTen = big.NewInt(10)
 
 // parseNumber parses a number as DynamoDB accepts it: an optional sign, digits with an
 // optional decimal point, an optional exponent. It does not check the range.
