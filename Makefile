@@ -66,11 +66,19 @@ test: lint engine-deps awspeer sam-validate sam-build vuln ## Lint, SAM validate
 # run against the engine DYNAMODB_ENDPOINT names, which `ddblocal exec` starts (and stops)
 # for them unless it is already set.
 .PHONY: test-lockcore
-test-lockcore: engine-deps ## The lockcore module's tests with -race, then without it, on an engine of their own.
+# The two passes run side by side, each on an engine of its own: they spend most of their
+# time waiting (leases, pacing), so together they take little longer than one.
+test-lockcore: engine-deps ## The lockcore module's tests with -race and without it (side by side), each on an engine of its own.
 	@mkdir -p $(BIN_DIR)
 	@$(GO) build -o $(BIN_DIR)/ddblocal ./cmd/ddblocal
-	cd $(LOCKCORE) && $(BIN_DIR)/ddblocal exec -- $(GO) test $(TEST_FLAGS) ./...
-	cd $(LOCKCORE) && $(BIN_DIR)/ddblocal exec -- $(GO) test $(NORACE_FLAGS) ./...
+	@cd $(LOCKCORE) && log=$$(mktemp) && \
+	  echo "test-lockcore: go test $(NORACE_FLAGS) ./... (without -race) runs beside the -race pass; its output follows that pass" && \
+	  { $(BIN_DIR)/ddblocal exec -- $(GO) test $(NORACE_FLAGS) ./... >"$$log" 2>&1 & pid=$$!; } && \
+	  echo "cd $(LOCKCORE) && go test $(TEST_FLAGS) ./..." && \
+	  $(BIN_DIR)/ddblocal exec -- $(GO) test $(TEST_FLAGS) ./...; race=$$?; \
+	  wait $$pid; norace=$$?; \
+	  echo "test-lockcore: without -race:"; cat "$$log"; rm -f "$$log"; \
+	  [ $$race -eq 0 ] && [ $$norace -eq 0 ]
 
 # ---------------------------------------------------------------------------------------------
 # Vulnerabilities (issue #13): govulncheck on the source (./...) and on the built bootstraps.
@@ -120,6 +128,24 @@ vuln: $(GOVULNCHECK) ## govulncheck ./... and each bootstrap (-mode binary); GOV
 	  echo "vuln: binary $$f"; \
 	  $(GOVULNCHECK) -db "$$db" -mode binary "$$f"; \
 	done
+
+# The playground (issue #29): live locks of every kind for `turnstile locks` on a fresh clone.
+# It starts (or reuses) the engine of `make engine`, builds the tables from template.yaml and
+# leaves a background holder process (.cache/playground/holders.{pid,log}) for
+# PLAYGROUND_DURATION; the last lines printed say how to point the CLI at it.
+PLAYGROUND_DURATION ?= 10m
+
+.PHONY: playground
+playground: ## Live locks of every kind on the local engine for the CLI (held, waiting, abandoned; PLAYGROUND_DURATION=10m); prints the exports.
+	@mkdir -p $(BIN_DIR)
+	@$(GO) build -o $(BIN_DIR)/playground ./cmd/playground
+	@out=$$($(GO) run ./cmd/ddblocal start) || exit 1; echo "$$out"; \
+	endpoint=$$(printf '%s\n' "$$out" | sed -n 's/^DYNAMODB_ENDPOINT=//p' | tail -n 1); \
+	DYNAMODB_ENDPOINT="$$endpoint" $(BIN_DIR)/playground start -duration '$(PLAYGROUND_DURATION)'
+
+.PHONY: playground-stop
+playground-stop: ## Stop the playground's holders (their locks are released); the engine keeps running (make engine-stop).
+	@$(GO) run ./cmd/playground stop
 
 .PHONY: demo
 demo: ## Run the demo against a fresh local engine (or DYNAMODB_ENDPOINT); flags via DEMO_FLAGS="-orders 500 -seed 2".
@@ -270,9 +296,21 @@ INVOKE_ARGS = $(if $(filter %.json,$(SEED)),-seed '$(SEED)') $(if $(ENV_VARS),-e
 .PHONY: invoke
 invoke: ## Run a function locally: make invoke FN=OrderProcessorFunction EVENT=events/sqs-order.json [SEED= ENV_VARS= LOG_LEVEL= FORCE=1]
 	@[ -n "$(FN)" ] && [ -n "$(EVENT)" ] || { echo "usage: make invoke FN=<LogicalId> EVENT=events/<file>.json [SEED=events/seed-inventory.json] [ENV_VARS=env.json] [LOG_LEVEL=debug] [FORCE=1]"; exit 2; }
-	@mkdir -p $(BIN_DIR)
-	@$(GO) build -o $(BIN_DIR)/invoke ./cmd/invoke
+	@$(MAKE) invoke-tool
 	@$(BIN_DIR)/invoke -fn '$(FN)' -event '$(EVENT)' $(INVOKE_ARGS) # fetches and starts DynamoDB Local unless DYNAMODB_ENDPOINT is set
+
+.PHONY: local-tables
+local-tables: ## Create the template's tables (stage local) at DYNAMODB_ENDPOINT for sam local invoke (docs/local-invoke.md) [SEED=events/seed-inventory.json]
+	@[ -n "$$DYNAMODB_ENDPOINT" ] || { echo "usage: DYNAMODB_ENDPOINT=http://127.0.0.1:8000 make local-tables [SEED=events/seed-inventory.json]"; exit 2; }
+	@$(MAKE) invoke-tool
+	@$(BIN_DIR)/invoke -tables $(if $(filter %.json,$(SEED)),-seed '$(SEED)')
+
+# cmd/invoke itself; its first build compiles the AWS SDK, minutes without output, so say so.
+.PHONY: invoke-tool
+invoke-tool:
+	@mkdir -p $(BIN_DIR)
+	@[ -x $(BIN_DIR)/invoke ] || echo "invoke: building ./cmd/invoke (the first build compiles the AWS SDK: a few minutes)"
+	@$(GO) build -o $(BIN_DIR)/invoke ./cmd/invoke
 
 .PHONY: deploy
 deploy: sam-build ## sam deploy --config-env $(ENV) (ENV=default|prod; needs AWS credentials).

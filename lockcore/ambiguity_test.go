@@ -319,7 +319,7 @@ func TestAmbiguousVersionedWritesBounded(t *testing.T) {
 	e := newEnv(t)
 	ctx := ctxT(t, 10*time.Second)
 	f := &resetPuts{DynamoDB: e.db}
-	v, _ := lockcore.NewVersioned(f, e.data, fast("v", lockcore.MaxAttempts(3))...)
+	v, _ := lockcore.NewVersioned(f, e.data, fast("v", lockcore.WithMaxAttempts(3))...)
 	_, _, err := v.Update(ctx, dataKey("x"), func(map[string]types.AttributeValue) (map[string]types.AttributeValue, error) {
 		return map[string]types.AttributeValue{"a": &types.AttributeValueMemberN{Value: "1"}}, nil
 	})

@@ -330,23 +330,26 @@ func TestStrategyOptionsRefusedElsewhere(t *testing.T) {
 		err   error
 		field string
 	}{
-		{"RequireItem on a Mutex", func() error { _, err := lockcore.NewMutex(db, "t", lockcore.RequireItem()); return err }(), "requireItem"},
-		{"MaxAttempts on an ItemLocker", func() error { _, err := lockcore.NewItemLocker(db, "t", lockcore.MaxAttempts(3)); return err }(), "maxAttempts"},
+		{"RequireItem on a Mutex", func() error { _, err := lockcore.NewMutex(db, "t", lockcore.WithRequiredItem()); return err }(), "requireItem"},
+		{"MaxAttempts on an ItemLocker", func() error { _, err := lockcore.NewItemLocker(db, "t", lockcore.WithMaxAttempts(3)); return err }(), "maxAttempts"},
 		{"WithItemAttributes on a Queue", func() error {
 			_, err := lockcore.NewQueue(db, "t", lockcore.WithItemAttributes(lockcore.DefaultItemAttributes))
 			return err
 		}(), "itemAttributes"},
-		{"VersionAttribute on a TicketLock", func() error { _, err := lockcore.NewTicketLock(db, "t", lockcore.VersionAttribute("v")); return err }(), "versionAttribute"},
+		{"VersionAttribute on a TicketLock", func() error {
+			_, err := lockcore.NewTicketLock(db, "t", lockcore.WithVersionAttribute("v"))
+			return err
+		}(), "versionAttribute"},
 	} {
 		var oe *lockcore.OptionError
 		if !errors.As(c.err, &oe) || oe.Field != c.field {
 			t.Errorf("%s: %v, want an OptionError naming %s", c.name, c.err, c.field)
 		}
 	}
-	if _, err := lockcore.NewItemLocker(db, "t", lockcore.RequireItem(), lockcore.WithOwner("a")); err != nil {
+	if _, err := lockcore.NewItemLocker(db, "t", lockcore.WithRequiredItem(), lockcore.WithOwner("a")); err != nil {
 		t.Errorf("ItemLocker with its own options: %v", err)
 	}
-	if _, err := lockcore.NewVersioned(db, "t", lockcore.MaxAttempts(3), lockcore.VersionAttribute("ver")); err != nil {
+	if _, err := lockcore.NewVersioned(db, "t", lockcore.WithMaxAttempts(3), lockcore.WithVersionAttribute("ver")); err != nil {
 		t.Errorf("Versioned with its own options: %v", err)
 	}
 }

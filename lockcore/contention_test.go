@@ -131,7 +131,7 @@ func TestContentionQueue(t *testing.T) {
 func TestContentionVersioned(t *testing.T) {
 	e := newEnv(t)
 	c := &counter{e: e, pk: "SKU#hot"}
-	v, err := lockcore.NewVersioned(e.db, e.data, append(hot("v"), lockcore.MaxAttempts(1000))...)
+	v, err := lockcore.NewVersioned(e.db, e.data, append(hot("v"), lockcore.WithMaxAttempts(1000))...)
 	if err != nil {
 		t.Fatal(err)
 	}

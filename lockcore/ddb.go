@@ -20,7 +20,10 @@ import (
 )
 
 // Fence is a fencing token: it strictly increases with every acquisition of a key, for
-// the key's whole life. Pass it to the protected resource and have the resource reject
+// the key's whole life — for a Mutex, TicketLock or Queue also after the key's lock rows
+// were deleted, and for an ItemLocker (whose key is the data item) also after the item was
+// deleted and created again, as long as the wall clocks of the clients that lock it agree
+// (see ItemLease.Token). Pass it to the protected resource and have the resource reject
 // writes carrying a smaller token than one it has seen (see FenceCondition).
 type Fence int64
 

@@ -50,10 +50,13 @@
 // (ErrLeaseLost). Every acquisition also carries a fencing token (Lease.Token). For
 // Mutex, TicketLock and Queue it strictly increases per key (and namespace) for the
 // key's whole life, even after its lock row was deleted by TTL. For ItemLocker it is the
-// acquisition's ticket: it strictly increases while the data item exists and restarts at
-// 1 when the item is deleted (ItemLease.Token); its writes are fenced by the lease itself.
+// acquisition's ticket in the data item's life plus the life's epoch, the time the life
+// began: it strictly increases while the item exists, and across its deletions as long as
+// the wall clocks of the clients that lock it agree (ItemLease.Token); its own writes are
+// fenced by the lease itself.
 //
-// Wall clocks are never trusted for safety in the default mode. TTLs of lock rows count
+// Wall clocks are never trusted for safety in the default mode, except for that order of
+// an ItemLocker's tokens across its item's deletions. TTLs of lock rows count
 // from the later of the local clock and DynamoDB's own clock (the Date header of its
 // responses), so a holder whose clock runs slow cannot have its live row removed by TTL
 // (see WithTTLGrace for the bound).
@@ -61,6 +64,13 @@
 // Item writes under a locking read (ItemLocker.Update, UpdateAndRelease) are applied at
 // most once: each names the write it follows, so a retried or late duplicate of a
 // landed write fails its condition and is recognised.
+//
+// A lock's own writes must fit DynamoDB's item size limit (400 KB). A Mutex keeps 2 KiB
+// of its row free (waiters wait for room); an ItemLocker keeps 2 KiB of the data item
+// free for its holders' lock attributes: a waiter that would leave less, or a holder's
+// write that would, fails with ErrItemTooLarge (nothing written, a lease kept), and a
+// waiter handed an item that other writers filled holds it by its ticket, never losing a
+// lease that nobody else took for want of room.
 //
 // Takeover of an abandoned lease is decided, by default, by observation
 // (ObserveTakeover): a waiter takes over only after seeing the same lease version
@@ -88,6 +98,7 @@
 // # Tables
 //
 // Mutex, TicketLock and Queue use a lock table with string keys "pk" and "sk" and the TTL attribute
-// "expiresAt" (see CreateLockTable, which also shows it in CloudFormation). ItemLocker and Versioned work
-// on any table.
+// "expiresAt" (see CreateLockTable, which also shows it in CloudFormation); other names are
+// set with WithTableAttributes (and InspectTableAttributes, WithAttributes for the Inspector
+// and CreateLockTable). ItemLocker and Versioned work on any table.
 package lockcore

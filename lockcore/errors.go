@@ -36,6 +36,10 @@ var (
 	// gone. From Inspector.ForceRelease it means a lease may have been ended (see Show's
 	// Audit).
 	ErrUnknownOutcome = errors.New("lockcore: outcome of write unknown")
+	// ErrItemTooLarge means the item a lock lives on has no room for a write the lock
+	// needs: DynamoDB's item size limit (400 KB), less the room the lock keeps for its
+	// holders' writes (see ItemTooLargeError). Nothing was written.
+	ErrItemTooLarge = errors.New("lockcore: item too large for the lock")
 )
 
 // errLostUnknown matches both ErrLeaseLost and ErrUnknownOutcome.

@@ -13,7 +13,6 @@ import (
 	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/expression"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
-	"github.com/aws/smithy-go"
 )
 
 // The Mutex's ticket protocol (see Mutex for the overview and the validity argument).
@@ -87,7 +86,6 @@ type mutexRow struct {
 	hOwner               string
 	leaseMs              int64 // 0: not recorded (a row of the first ticket-format release)
 	holdMs               int64 // the holders' published hold time (0: none)
-	ttl                  int64
 }
 
 func parseMutexRow(it item, wattr string) mutexRow {
@@ -120,7 +118,6 @@ func parseMutexRow(it item, wattr string) mutexRow {
 	r.hFor, _ = attrN(it, attrHFor)
 	r.hUntil, _ = attrN(it, attrHUntil)
 	r.hSince, _ = attrN(it, attrHSince)
-	r.ttl, _ = attrN(it, attrExpiresAt)
 	return r
 }
 
@@ -356,7 +353,7 @@ func (m *Mutex) take(ctx context.Context, key string, ac *acquireConfig, start t
 				Set(name(attrHOwner), value(m.cfg.owner)).
 				Set(name(attrHUntil), value(now.Add(ac.lease).UnixMilli())).
 				Set(name(attrHSince), value(now.UnixMilli())).
-				Set(name(attrExpiresAt), value(m.cfg.ttlAt(now, ac.lease+m.cfg.ttlGrace))).
+				Set(name(m.cfg.names.TTL), value(m.cfg.ttlAt(now, ac.lease+m.cfg.ttlGrace))).
 				Add(name(attrRev), value(1))
 			if ac.data != nil {
 				upd = upd.Set(name(h.dattr), value(ac.data))
@@ -531,26 +528,9 @@ func (m *Mutex) take(ctx context.Context, key string, ac *acquireConfig, start t
 	}
 }
 
-// Row size. DynamoDB refuses a write that makes an item larger than 400 KB, and the
-// waiters' data (up to 64 KiB each) can fill a Mutex row. The holder's writes add a few
-// attributes (a heartbeat records hOwner, which a handoff removed; releases and skips
-// record rel, skip, holdMs and the next ticket's hFor/hUntil/hSince; a new life its
-// epoch), so a queued take that leaves less than rowHeadroom withdraws its ticket and
-// waits for room: otherwise the holder's heartbeat fails (a ValidationException) until
-// its lease runs out and waiters skip it, and every later holder fares the same while
-// the queue stays full.
-const (
-	maxRowBytes = 400 << 10
-	rowHeadroom = 2 << 10
-)
-
-// rowRoom is the size a row may reach by a queued take.
-func (m *Mutex) rowRoom() int {
-	if n := m.cfg.hooks.rowBytes; n > 0 {
-		return n - rowHeadroom
-	}
-	return maxRowBytes - rowHeadroom
-}
+// rowRoom is the size a row may reach by a queued take: the item size limit less the
+// headroom the holder's writes need (room.go).
+func (m *Mutex) rowRoom() int { return m.cfg.itemLimit() - itemHeadroom }
 
 // entryBytes bounds from above what a queued take of h adds to the row: its w# entry,
 // its data, the fence's growth, and leaseMs where the take raises it.
@@ -563,66 +543,6 @@ func entryBytes(h *mutexHold, ac *acquireConfig, grow bool) int {
 		n += len(attrLeaseMs) + 21
 	}
 	return n
-}
-
-// itemBytes bounds an item's size as DynamoDB counts it from above (names plus values;
-// a number counted as its decimal text, which is never less than its stored size).
-func itemBytes(it item) int {
-	n := 0
-	for k, v := range it {
-		n += len(k) + valueBytes(v)
-	}
-	return n
-}
-
-func valueBytes(v types.AttributeValue) int {
-	switch v := v.(type) {
-	case *types.AttributeValueMemberS:
-		return len(v.Value)
-	case *types.AttributeValueMemberN:
-		return len(v.Value) + 1
-	case *types.AttributeValueMemberB:
-		return len(v.Value)
-	case *types.AttributeValueMemberL:
-		n := 3
-		for _, e := range v.Value {
-			n += 1 + valueBytes(e)
-		}
-		return n
-	case *types.AttributeValueMemberM:
-		n := 3
-		for k, e := range v.Value {
-			n += 1 + len(k) + valueBytes(e)
-		}
-		return n
-	case *types.AttributeValueMemberSS:
-		n := 0
-		for _, e := range v.Value {
-			n += len(e)
-		}
-		return n
-	case *types.AttributeValueMemberBS:
-		n := 0
-		for _, e := range v.Value {
-			n += len(e)
-		}
-		return n
-	case *types.AttributeValueMemberNS:
-		n := 0
-		for _, e := range v.Value {
-			n += len(e) + 1
-		}
-		return n
-	}
-	return 1
-}
-
-// tooLarge reports whether err is DynamoDB's refusal of a write that would make the item
-// larger than its limit.
-func tooLarge(err error) bool {
-	var api smithy.APIError
-	return errors.As(err, &api) && api.ErrorCode() == "ValidationException" &&
-		strings.Contains(api.ErrorMessage(), "exceeded the maximum allowed size")
 }
 
 // waitForRoom waits, as the wait policy allows, until the lock's row has room for a
@@ -725,7 +645,7 @@ func (m *Mutex) skip(ctx context.Context, h *mutexHold, row mutexRow) bool {
 	}
 	upd := expression.Set(name(attrServing), value(row.serving+1)).
 		Set(name(attrSkip), value(row.serving)).
-		Set(name(attrExpiresAt), value(m.cfg.ttlAt(now, max(nextLease, m.cfg.lease)+m.cfg.ttlGrace))).
+		Set(name(m.cfg.names.TTL), value(m.cfg.ttlAt(now, max(nextLease, m.cfg.lease)+m.cfg.ttlGrace))).
 		Add(name(attrRev), value(1)).
 		Remove(name(attrHOwner))
 	if id := row.entryID(row.serving); id != "" {
@@ -892,7 +812,7 @@ func (m *Mutex) enter(ctx context.Context, h *mutexHold, row mutexRow, lastBefor
 	obs := l.observer
 	l.observer = nil
 	h.forced.see(row.ticketRow) // row shows our ticket served (see settleRelease)
-	if l.Remaining() < ac.lease/2 || m.cfg.ttlTooEarly(row.ttl, ac.lease+m.cfg.ttlGrace) {
+	if l.Remaining() < ac.lease/2 || m.cfg.ttlTooEarly(m.rowTTL(row), ac.lease+m.cfg.ttlGrace) {
 		if err := l.Renew(ctx); err != nil {
 			if errors.Is(err, ErrLeaseLost) {
 				return nil, errTicketSkipped
@@ -986,7 +906,7 @@ func (m *Mutex) withdrawUnknown(ctx context.Context, h *mutexHold) {
 	e := expr(expression.NewBuilder().
 		WithCondition(expression.AttributeNotExists(name(h.wattr))).
 		WithUpdate(expression.Set(name(h.wattr), value(tombstone(now))).
-			Set(name(attrExpiresAt), expression.IfNotExists(name(attrExpiresAt), value(m.cfg.ttlAt(now, m.cfg.lease+m.cfg.ttlGrace))))))
+			Set(name(m.cfg.names.TTL), expression.IfNotExists(name(m.cfg.names.TTL), value(m.cfg.ttlAt(now, m.cfg.lease+m.cfg.ttlGrace))))))
 	bo := backoff{base: 50 * time.Millisecond, cap: 500 * time.Millisecond}
 	for { // while rctx lasts (5 s), as withdraw
 		_, err := m.db.UpdateItem(rctx, conditionalUpdate(m.table, m.keyOf(h.key, h.ns), e, types.ReturnValueNone), noSDKRetry)
@@ -1021,7 +941,7 @@ func (m *Mutex) withdrawUnknown(ctx context.Context, h *mutexHold) {
 // startEpoch gives the row a fence epoch, for a holder that found none (the row's first
 // life, or the first after TTL deleted it).
 func (m *Mutex) startEpoch(ctx context.Context, h *mutexHold) (int64, error) {
-	epoch, err := takeEpoch(ctx, m.db, m.table, h.key, backoff{base: m.cfg.backoffBase, cap: m.cfg.backoffCap})
+	epoch, err := takeEpoch(ctx, m.db, m.table, m.cfg.names, h.key, backoff{base: m.cfg.backoffBase, cap: m.cfg.backoffCap})
 	if err != nil {
 		return 0, err
 	}
@@ -1094,7 +1014,7 @@ func (h *mutexHold) renew(ctx context.Context, l *Lease) error {
 		upd := expression.Add(name(attrRev), value(1)).
 			Set(name(attrHFor), name(attrServing)).
 			Set(name(attrHOwner), value(l.owner)).
-			Set(name(attrExpiresAt), value(m.cfg.ttlAt(now, l.duration+m.cfg.ttlGrace)))
+			Set(name(h.m.cfg.names.TTL), value(m.cfg.ttlAt(now, l.duration+m.cfg.ttlGrace)))
 		cond := expression.And(h.ours(), later)
 		if keepUntil {
 			cond = expression.And(h.ours(), expression.Not(later))
@@ -1190,13 +1110,13 @@ func (h *mutexHold) release(ctx context.Context, l *Lease) error {
 		if idle {
 			cond = expression.And(h.ours(), expression.Equal(name(attrFence), name(h.wattr)))
 			upd = upd.Remove(name(attrHFor)).Remove(name(attrHUntil)).Remove(name(attrHSince)).
-				Set(name(attrExpiresAt), value(m.cfg.ttlAt(now, m.cfg.retention)))
+				Set(name(h.m.cfg.names.TTL), value(m.cfg.ttlAt(now, m.cfg.retention)))
 		} else {
 			cond = expression.And(h.ours(), expression.GreaterThan(name(attrFence), name(h.wattr)))
 			upd = upd.Set(name(attrHFor), expression.Plus(name(attrServing), value(1))).
 				Set(name(attrHUntil), value(now.Add(l.duration).UnixMilli())).
 				Set(name(attrHSince), value(now.UnixMilli())).
-				Set(name(attrExpiresAt), value(m.cfg.ttlAt(now, max(l.duration, m.cfg.lease)+m.cfg.ttlGrace)))
+				Set(name(h.m.cfg.names.TTL), value(m.cfg.ttlAt(now, max(l.duration, m.cfg.lease)+m.cfg.ttlGrace)))
 		}
 		e := expr(expression.NewBuilder().WithCondition(cond).WithUpdate(upd))
 		_, err := m.db.UpdateItem(ctx, conditionalUpdate(m.table, m.keyOf(h.key, h.ns), e, types.ReturnValueNone), noSDKRetry)
@@ -1246,4 +1166,10 @@ func (h *mutexHold) release(ctx context.Context, l *Lease) error {
 			return fmt.Errorf("lockcore: release %q: %w (last error: %v)", h.key, serr, err)
 		}
 	}
+}
+
+// rowTTL is the row's TTL attribute (epoch seconds; 0 if absent).
+func (m *Mutex) rowTTL(r mutexRow) int64 {
+	ttl, _ := attrN(r.raw, m.cfg.names.TTL)
+	return ttl
 }

@@ -188,7 +188,7 @@ func (q *Queue) TryAcquire(ctx context.Context, key string, opts ...AcquireOptio
 func (q *Queue) enqueue(ctx context.Context, key, ns, leaseID string, lease time.Duration, wait WaitPolicy) (int64, time.Time, int64, error) {
 	began := q.cfg.clock.Now()
 	bo := backoff{base: q.cfg.backoffBase, cap: q.cfg.backoffCap}
-	counterKey := item{attrPK: s(key), attrSK: s(counterSK(ns))}
+	counterKey := item{q.cfg.names.PartitionKey: s(key), q.cfg.names.SortKey: s(counterSK(ns))}
 	var (
 		ticket         int64 // the number we try (0: take a place first)
 		floor          int64 // the counter as last seen: no number up to it can be issued any more
@@ -259,10 +259,10 @@ func (q *Queue) enqueue(ctx context.Context, key, ns, leaseID string, lease time
 			h(key, ticket)
 		}
 		out, err := q.issue(ctx, counterKey, ticket, item{
-			attrPK: s(key), attrSK: s(ticketSK(ns, ticket)),
+			q.cfg.names.PartitionKey: s(key), q.cfg.names.SortKey: s(ticketSK(ns, ticket)),
 			attrTicket: n(ticket), attrLeaseID: s(leaseID), attrOwner: s(q.cfg.owner),
 			attrRev: n(1), attrHB: n(now.UnixMilli()), attrUntil: n(now.Add(lease).UnixMilli()),
-			attrLeaseMs: n(lease.Milliseconds()), attrState: s(stateHeld), attrExpiresAt: n(ttl),
+			attrLeaseMs: n(lease.Milliseconds()), attrState: s(stateHeld), q.cfg.names.TTL: n(ttl),
 		})
 		if err == nil {
 			q.cfg.observeServer(out.ResultMetadata)
@@ -339,7 +339,7 @@ func (q *Queue) issue(ctx context.Context, counterKey item, ticket int64, row it
 		expression.LessThan(name(attrNext), value(ticket)))
 	ce := expr(expression.NewBuilder().WithCondition(counterCond).
 		WithUpdate(expression.Set(name(attrNext), value(ticket))))
-	re := expr(expression.NewBuilder().WithCondition(expression.AttributeNotExists(name(attrPK))))
+	re := expr(expression.NewBuilder().WithCondition(expression.AttributeNotExists(name(q.cfg.names.PartitionKey))))
 	return q.db.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{
 		TransactItems: []types.TransactWriteItem{
 			{Update: &types.Update{
@@ -366,7 +366,7 @@ func (q *Queue) issue(ctx context.Context, counterKey item, ticket int64, row it
 // seen) that no other waiter of this queue is given. A place is not a ticket: the ticket
 // is issued when the transaction trying that number lands (see Queue).
 func (q *Queue) takePlace(ctx context.Context, key, ns string, floor int64) (int64, error) {
-	placeKey := item{attrPK: s(key), attrSK: s(placeSK(ns))}
+	placeKey := item{q.cfg.names.PartitionKey: s(key), q.cfg.names.SortKey: s(placeSK(ns))}
 	for {
 		e := expr(expression.NewBuilder().WithUpdate(expression.Add(name(attrPlace), value(1))))
 		out, err := q.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
@@ -400,7 +400,7 @@ func (q *Queue) takePlace(ctx context.Context, key, ns string, floor int64) (int
 
 // ownsTicket reads ticket's row: whether it holds leaseID.
 func (q *Queue) ownsTicket(ctx context.Context, key, ns string, ticket int64, leaseID string) (bool, error) {
-	r, err := readItem(ctx, q.db, q.table, item{attrPK: s(key), attrSK: s(ticketSK(ns, ticket))})
+	r, err := readItem(ctx, q.db, q.table, item{q.cfg.names.PartitionKey: s(key), q.cfg.names.SortKey: s(ticketSK(ns, ticket))})
 	return err == nil && attrS(r, attrLeaseID) == leaseID, err
 }
 
@@ -418,7 +418,7 @@ func (q *Queue) dropUncertain(ctx context.Context, key, ns string, ticket int64,
 		WithCondition(expression.Or(expression.AttributeNotExists(name(attrNext)),
 			expression.LessThan(name(attrNext), value(ticket)))).
 		WithUpdate(expression.Set(name(attrNext), value(ticket))))
-	counterKey := item{attrPK: s(key), attrSK: s(counterSK(ns))}
+	counterKey := item{q.cfg.names.PartitionKey: s(key), q.cfg.names.SortKey: s(counterSK(ns))}
 	bo := backoff{base: q.cfg.backoffBase, cap: q.cfg.backoffCap}
 	for {
 		_, err := q.db.UpdateItem(ctx, conditionalUpdate(q.table, counterKey, e, types.ReturnValueNone), noSDKRetry)
@@ -676,7 +676,7 @@ func (q *Queue) evict(ctx context.Context, key string, r queueRow) bool {
 	}
 	e := expr(expression.NewBuilder().WithCondition(cond))
 	_, err := q.db.DeleteItem(ctx, &dynamodb.DeleteItemInput{
-		TableName: aws.String(q.table), Key: item{attrPK: s(key), attrSK: s(r.sk)},
+		TableName: aws.String(q.table), Key: item{q.cfg.names.PartitionKey: s(key), q.cfg.names.SortKey: s(r.sk)},
 		ConditionExpression: e.Condition(), ExpressionAttributeNames: e.Names(), ExpressionAttributeValues: e.Values(),
 		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
 	})
@@ -691,7 +691,7 @@ func (q *Queue) evict(ctx context.Context, key string, r queueRow) bool {
 	}
 	// No old item: either the row is gone (released by its owner) or the engine does not
 	// return old items. Only a consistent read can tell.
-	cur, rerr := readItem(ctx, q.db, q.table, item{attrPK: s(key), attrSK: s(r.sk)})
+	cur, rerr := readItem(ctx, q.db, q.table, item{q.cfg.names.PartitionKey: s(key), q.cfg.names.SortKey: s(r.sk)})
 	return rerr == nil && cur == nil
 }
 
@@ -699,8 +699,8 @@ func (q *Queue) evict(ctx context.Context, key string, r queueRow) bool {
 // eventually consistent Queries: at most limit rows (0: all, paginated). complete says
 // whether every row up to ticket was read.
 func (q *Queue) scan(ctx context.Context, key, ns string, ticket int64, limit int32, consistent bool) (rows []queueRow, complete bool, err error) {
-	kc := expression.Key(attrPK).Equal(expression.Value(key)).
-		And(expression.Key(attrSK).Between(expression.Value(ticketSK(ns, 0)), expression.Value(ticketSK(ns, ticket))))
+	kc := expression.Key(q.cfg.names.PartitionKey).Equal(expression.Value(key)).
+		And(expression.Key(q.cfg.names.SortKey).Between(expression.Value(ticketSK(ns, 0)), expression.Value(ticketSK(ns, ticket))))
 	e, err := expression.NewBuilder().WithKeyCondition(kc).Build()
 	if err != nil {
 		return nil, false, err
@@ -728,7 +728,7 @@ func (q *Queue) scan(ctx context.Context, key, ns string, ticket int64, limit in
 			if h == nil {
 				continue
 			}
-			rows = append(rows, queueRow{sk: attrS(it, attrSK), ticket: t, holder: *h})
+			rows = append(rows, queueRow{sk: attrS(it, q.cfg.names.SortKey), ticket: t, holder: *h})
 		}
 		if len(out.LastEvaluatedKey) == 0 {
 			return rows, true, nil
@@ -740,7 +740,9 @@ func (q *Queue) scan(ctx context.Context, key, ns string, ticket int64, limit in
 	}
 }
 
-func (q *Queue) rowKey(l *Lease) item { return item{attrPK: s(l.key), attrSK: s(l.namespace)} }
+func (q *Queue) rowKey(l *Lease) item {
+	return item{q.cfg.names.PartitionKey: s(l.key), q.cfg.names.SortKey: s(l.namespace)}
+}
 
 func (q *Queue) ownedBy(l *Lease) expression.ConditionBuilder {
 	return expression.And(
@@ -761,7 +763,7 @@ func (q *Queue) renew(ctx context.Context, l *Lease) error {
 		now := q.cfg.clock.Now()
 		until := now.Add(l.duration).UnixMilli()
 		upd := expression.Set(name(attrHB), value(now.UnixMilli())).
-			Set(name(attrExpiresAt), value(q.cfg.ttlAt(now, l.duration+q.cfg.ttlGrace))).
+			Set(name(q.cfg.names.TTL), value(q.cfg.ttlAt(now, l.duration+q.cfg.ttlGrace))).
 			Add(name(attrRev), value(1))
 		cond := q.ownedBy(l)
 		if !keepUntil {

@@ -275,3 +275,48 @@ func TestTicketAmbiguousReleaseSettledByValidity(t *testing.T) {
 	}
 	<-bDone
 }
+
+// slowInspector delays every read the Inspector makes: an operator far from the table.
+type slowInspector struct {
+	lockcore.InspectorAPI
+	delay time.Duration
+}
+
+func (s slowInspector) GetItem(ctx context.Context, in *dynamodb.GetItemInput, o ...func(*dynamodb.Options)) (*dynamodb.GetItemOutput, error) {
+	out, err := s.InspectorAPI.GetItem(ctx, in, o...)
+	time.Sleep(s.delay) // the answer is slow to come back: the row moves on meanwhile
+	return out, err
+}
+
+// TestForceReleaseOutpacesFastHeartbeats: a force-release was conditioned on the row's
+// revision as read, which every heartbeat bumps; a holder heartbeating more often than the
+// operator's read-then-write round trip refused every attempt ("gave up after 10
+// attempts"), as TestInspectorForceRelease did on a loaded machine. It is conditioned on
+// the served ticket of the row's life now, which heartbeats leave alone (Mutex and
+// TicketLock).
+func TestForceReleaseOutpacesFastHeartbeats(t *testing.T) {
+	e := newEnv(t)
+	ctx := ctxT(t, time.Minute)
+	in, err := lockcore.NewInspector(slowInspector{InspectorAPI: e.db, delay: 150 * time.Millisecond}, e.locks)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, _ := lockcore.NewMutex(e.db, e.locks, fast("m", lockcore.WithHeartbeat(50*time.Millisecond))...)
+	lm, err := m.Acquire(ctx, "fast-hb-mutex")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := in.ForceRelease(ctx, "fast-hb-mutex", lockcore.ForceOptions{Actor: "op", Reason: "stuck"}); err != nil {
+		t.Fatalf("Mutex: %v", err)
+	}
+	mustNot(t, lm.Release(ctx), lockcore.ErrLeaseLost)
+	tl, _ := lockcore.NewTicketLock(e.db, e.locks, fast("t", lockcore.WithHeartbeat(50*time.Millisecond))...)
+	lt, err := tl.Acquire(ctx, "fast-hb-ticket")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := in.ForceRelease(ctx, "fast-hb-ticket", lockcore.ForceOptions{Actor: "op", Reason: "stuck", Strategy: lockcore.StrategyTicket}); err != nil {
+		t.Fatalf("TicketLock: %v", err)
+	}
+	mustNot(t, lt.Release(ctx), lockcore.ErrLeaseLost)
+}

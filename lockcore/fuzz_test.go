@@ -166,7 +166,7 @@ func FuzzKeys(f *testing.F) {
 	if err != nil {
 		f.Fatal(err)
 	}
-	ilr, err := lockcore.NewItemLocker(db, "data", lockcore.WithOwner("fuzz"), lockcore.RequireItem())
+	ilr, err := lockcore.NewItemLocker(db, "data", lockcore.WithOwner("fuzz"), lockcore.WithRequiredItem())
 	if err != nil {
 		f.Fatal(err)
 	}
@@ -453,7 +453,7 @@ func FuzzOptions(f *testing.F) {
 			itemOpts = append(itemOpts, lockcore.WithItemAttributes(a))
 		}
 		if use&4096 != 0 {
-			itemOpts = append(itemOpts, lockcore.RequireItem(), nil)
+			itemOpts = append(itemOpts, lockcore.WithRequiredItem(), nil)
 		}
 		il, err := lockcore.NewItemLocker(db, "data", append(slices.Clone(opts), itemOpts...)...)
 		check(t, "NewItemLocker", err, and(verdictOf(itemValid), itemNames), lockcore.ErrInvalidOption)
@@ -466,11 +466,11 @@ func FuzzOptions(f *testing.F) {
 		verValid := valid
 		verName := accepted
 		if use&8192 != 0 {
-			vopts = append(vopts, lockcore.MaxAttempts(maxAttempts))
+			vopts = append(vopts, lockcore.WithMaxAttempts(maxAttempts))
 			verValid = verValid && maxAttempts >= 1
 		}
 		if use&16384 != 0 {
-			vopts = append(vopts, lockcore.VersionAttribute(versionAttr), nil)
+			vopts = append(vopts, lockcore.WithVersionAttribute(versionAttr), nil)
 			verValid = verValid && versionAttr != "" && utf8.ValidString(versionAttr) && versionAttr != "versionWriter"
 			if hasPathChars(versionAttr) {
 				verName = either

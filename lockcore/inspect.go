@@ -96,8 +96,9 @@ var ErrLockNotFound = errors.New("lockcore: no such lock")
 
 // FenceInfo is a fencing token with its parts decoded. For Mutex and TicketLock tokens
 // Epoch numbers the lock row's lives and Seq the acquisitions (tickets) within one; a
-// Queue's token is its ticket number and an ItemLocker's the item's acquisition count
-// (Epoch 0).
+// Queue's token is its ticket number (Epoch 0); for an ItemLocker's, Epoch is the start
+// of the item's life in µs since 1970 (0 for a life begun by a client of the previous
+// release) and Seq the ticket within that life (see ItemLease.Token).
 type FenceInfo struct {
 	Token Fence `json:"token"`
 	Epoch int64 `json:"epoch"`
@@ -106,9 +107,19 @@ type FenceInfo struct {
 
 func fenceInfo(f Fence) FenceInfo { return FenceInfo{Token: f, Epoch: f.Epoch(), Seq: f.Seq()} }
 
-// String formats the token as Fence.String does: "token (epoch E, seq S)", or the
-// plain number for a token without an epoch.
-func (f FenceInfo) String() string { return f.Token.String() }
+// itemFenceInfo decodes an ItemLocker's token from the item's epoch and ticket.
+func itemFenceInfo(epoch, n int64) FenceInfo {
+	return FenceInfo{Token: itemFence(epoch, n), Epoch: max(epoch, 0), Seq: n}
+}
+
+// String formats the token as "token (epoch E, seq S)", or the plain number for a token
+// without an epoch (a Queue's ticket).
+func (f FenceInfo) String() string {
+	if f.Epoch == 0 {
+		return f.Token.String()
+	}
+	return fmt.Sprintf("%d (epoch %d, seq %d)", int64(f.Token), f.Epoch, f.Seq)
+}
 
 // LockHolder is the lease a lock is held under. Fields a strategy does not record are
 // zero: a TicketLock records no owner name, acquisition time or wall-clock lease end
@@ -340,6 +351,7 @@ type Inspector struct {
 	clock     Clock
 	skew      time.Duration
 	retention time.Duration
+	names     TableAttributes
 }
 
 // NewInspector returns an Inspector on the lock table. It validates the options.
@@ -350,7 +362,7 @@ func NewInspector(db InspectorAPI, table string, opts ...InspectorOption) (*Insp
 	if table == "" {
 		return nil, invalidOption("table", "must not be empty")
 	}
-	in := &Inspector{db: db, table: table, clock: SystemClock, skew: DefaultInspectSkew, retention: DefaultRetention}
+	in := &Inspector{db: db, table: table, clock: SystemClock, skew: DefaultInspectSkew, retention: DefaultRetention, names: DefaultTableAttributes}
 	for _, o := range opts {
 		if o == nil {
 			continue
@@ -424,22 +436,22 @@ func classifySK(sk string) (rowKind, string) {
 //     string), rev (a number);
 //   - audit row: strategy, namespace (its sort key's) and forcedId (strings), forcedAt
 //     (a number).
-func lockRow(it item) (rowKind, string) {
-	kind, ns := classifySK(attrS(it, attrSK))
-	if ns == "" || attrS(it, attrPK) == "" {
+func lockRow(it item, names TableAttributes) (rowKind, string) {
+	kind, ns := classifySK(attrS(it, names.SortKey))
+	if ns == "" || attrS(it, names.PartitionKey) == "" {
 		return rowUnknown, ns
 	}
 	ok := false
 	switch kind {
 	case rowMutex:
-		ok = isMutexRow(it)
+		ok = isMutexRow(it, names)
 	case rowTicket:
-		ok = (hasN(it, attrNext, attrServing, attrRev) && attrS(it, attrLife) != "") || isBareRow(it)
+		ok = (hasN(it, attrNext, attrServing, attrRev) && attrS(it, attrLife) != "") || isBareRow(it, names)
 	case rowQueueCounter:
 		ok = hasN(it, attrNext)
 	case rowQueueTicket:
 		tk, has := attrN(it, attrTicket)
-		ok = has && tk > 0 && attrS(it, attrSK) == ticketSK(ns, tk) && attrS(it, attrLeaseID) != "" && hasN(it, attrRev)
+		ok = has && tk > 0 && attrS(it, names.SortKey) == ticketSK(ns, tk) && attrS(it, attrLeaseID) != "" && hasN(it, attrRev)
 	case rowAudit:
 		ok = attrS(it, attrAuditStrategy) != "" && attrS(it, attrAuditNS) == ns && attrS(it, attrForcedID) != "" && hasN(it, attrForcedAt)
 	}
@@ -449,9 +461,9 @@ func lockRow(it item) (rowKind, string) {
 	return kind, ns
 }
 
-func isMutexRow(it item) bool {
+func isMutexRow(it item, names TableAttributes) bool {
 	if _, has := it[attrState]; !has {
-		return isBareRow(it)
+		return isBareRow(it, names)
 	}
 	switch attrS(it, attrState) {
 	case stateFair:
@@ -465,12 +477,12 @@ func isMutexRow(it item) bool {
 // isBareRow reports a row that holds nothing but tombstones of ticket requests (and
 // its TTL): what a withdrawn, never-landed request of a Mutex or TicketLock leaves on a
 // row that did not exist. The next take turns it into a full row.
-func isBareRow(it item) bool {
+func isBareRow(it item, names TableAttributes) bool {
 	tombs := 0
 	for k, v := range it {
 		switch {
-		case k == attrPK || k == attrSK:
-		case k == attrExpiresAt:
+		case k == names.PartitionKey || k == names.SortKey:
+		case k == names.TTL:
 			if _, ok := v.(*types.AttributeValueMemberN); !ok {
 				return false
 			}
@@ -519,13 +531,13 @@ func (in *Inspector) mutexLock(it item, now time.Time) Lock {
 	if attrS(it, attrState) == stateFair {
 		return in.fairMutexLock(it, now)
 	}
-	key, ns := attrS(it, attrPK), attrS(it, attrSK)
+	key, ns := attrS(it, in.names.PartitionKey), attrS(it, in.names.SortKey)
 	rev, _ := attrN(it, attrRev)
 	epoch, _ := attrN(it, attrEpoch)
 	fence, _ := attrN(it, attrFence)
 	l := Lock{Key: key, Namespace: ns, Strategy: StrategyMutex, State: LockReleased,
-		Fence: fenceInfo(makeFence(epoch, fence)), Revision: rev, Expires: secTime(it, attrExpiresAt),
-		LastForced: forcedOnRow(it, StrategyMutex), ReadAt: now}
+		Fence: fenceInfo(makeFence(epoch, fence)), Revision: rev, Expires: secTime(it, in.names.TTL),
+		LastForced: forcedOnRow(it, in.names, StrategyMutex), ReadAt: now}
 	if attrS(it, attrState) == stateHeld {
 		ms, _ := attrN(it, attrLeaseMs)
 		l.Holder = &LockHolder{Owner: attrS(it, attrOwner), LeaseID: attrS(it, attrLeaseID),
@@ -546,8 +558,8 @@ func (in *Inspector) mutexLock(it item, now time.Time) Lock {
 // entries are the waiters, in order (no owner: lease id "ticket N").
 func (in *Inspector) fairMutexLock(it item, now time.Time) Lock {
 	row := parseMutexRow(it, "")
-	l := Lock{Key: attrS(it, attrPK), Namespace: attrS(it, attrSK), Strategy: StrategyMutex, State: LockReleased,
-		Revision: row.rev, Expires: secTime(it, attrExpiresAt), LastForced: forcedOnRow(it, StrategyMutex),
+	l := Lock{Key: attrS(it, in.names.PartitionKey), Namespace: attrS(it, in.names.SortKey), Strategy: StrategyMutex, State: LockReleased,
+		Revision: row.rev, Expires: secTime(it, in.names.TTL), LastForced: forcedOnRow(it, in.names, StrategyMutex),
 		Tickets: &TicketCounters{Serving: row.serving, Next: row.next, Released: row.rel, Skipped: row.skip, Life: row.life},
 		Fence:   fenceInfo(makeFence(row.epoch, min(row.serving, row.next))), ReadAt: now}
 	if row.busy() && row.servedEntry {
@@ -585,8 +597,8 @@ func (in *Inspector) fairMutexLock(it item, now time.Time) Lock {
 // ticketLock decodes a TicketLock row.
 func (in *Inspector) ticketLock(it item, ns string, now time.Time) Lock {
 	row := parseTicketRow(it, "")
-	l := Lock{Key: attrS(it, attrPK), Namespace: ns, Strategy: StrategyTicket, State: LockReleased,
-		Revision: row.rev, Expires: secTime(it, attrExpiresAt), LastForced: forcedOnRow(it, StrategyTicket),
+	l := Lock{Key: attrS(it, in.names.PartitionKey), Namespace: ns, Strategy: StrategyTicket, State: LockReleased,
+		Revision: row.rev, Expires: secTime(it, in.names.TTL), LastForced: forcedOnRow(it, in.names, StrategyTicket),
 		Tickets: &TicketCounters{Serving: row.serving, Next: row.next, Released: row.rel, Skipped: row.skip, Life: row.life},
 		ReadAt:  now}
 	last := min(row.serving, row.next) // the last ticket allowed in
@@ -618,7 +630,7 @@ func (in *Inspector) queueLock(key, ns string, counter item, rows []item, now ti
 	next, _ := attrN(counter, attrNext)
 	l := Lock{Key: key, Namespace: ns, Strategy: StrategyQueue, State: LockReleased,
 		Fence: fenceInfo(Fence(next)), Tickets: &TicketCounters{Next: next},
-		LastForced: forcedOnRow(counter, StrategyQueue), ReadAt: now}
+		LastForced: forcedOnRow(counter, in.names, StrategyQueue), ReadAt: now}
 	for i, r := range rows {
 		tk, _ := attrN(r, attrTicket)
 		rev, _ := attrN(r, attrRev)
@@ -627,7 +639,7 @@ func (in *Inspector) queueLock(key, ns string, counter item, rows []item, now ti
 		if i == 0 {
 			l.Holder = &LockHolder{Owner: attrS(r, attrOwner), LeaseID: attrS(r, attrLeaseID), Ticket: tk,
 				Heartbeat: msTime(r, attrHB), Until: until, Lease: time.Duration(ms) * time.Millisecond}
-			l.Fence, l.Revision, l.Expires = fenceInfo(Fence(tk)), rev, secTime(r, attrExpiresAt)
+			l.Fence, l.Revision, l.Expires = fenceInfo(Fence(tk)), rev, secTime(r, in.names.TTL)
 			l.State = LockHeld
 			if in.abandoned(until, now) {
 				l.State = LockAbandoned
@@ -668,11 +680,11 @@ func (in *Inspector) Show(ctx context.Context, key string, opts ShowOptions) ([]
 			return nil, invalidOption("strategy", "item locks live on data items: use ShowItem")
 		}
 	}
-	kc := expression.Key(attrPK).Equal(expression.Value(key))
+	kc := expression.Key(in.names.PartitionKey).Equal(expression.Value(key))
 	if opts.Namespace != "" {
 		// The namespace's rows: "<ns>" itself and "<ns>#...". begins_with("<ns>") also
 		// matches longer namespaces ("<ns>x"): the namespace test below filters those out.
-		kc = kc.And(expression.Key(attrSK).BeginsWith(opts.Namespace))
+		kc = kc.And(expression.Key(in.names.SortKey).BeginsWith(opts.Namespace))
 	}
 	items, err := in.query(ctx, kc, true)
 	if err != nil {
@@ -720,10 +732,10 @@ func (in *Inspector) assemble(items []item, now time.Time, keep func(rowKind, st
 	counters := map[qkey]item{}
 	var queueOrder []qkey
 	for _, it := range items {
-		kind, ns := lockRow(it)
+		kind, ns := lockRow(it, in.names)
 		switch kind {
 		case rowAudit:
-			r := auditRecord(it)
+			r := auditRecord(it, in.names)
 			audits[ns+"\x00"+string(r.Strategy)] = append(audits[ns+"\x00"+string(r.Strategy)], r)
 			continue
 		case rowUnknown:
@@ -753,9 +765,9 @@ func (in *Inspector) assemble(items []item, now time.Time, keep func(rowKind, st
 	for _, q := range queueOrder {
 		key := ""
 		if c := counters[q]; c != nil {
-			key = attrS(c, attrPK)
+			key = attrS(c, in.names.PartitionKey)
 		} else {
-			key = attrS(queueRows[q][0], attrPK)
+			key = attrS(queueRows[q][0], in.names.PartitionKey)
 		}
 		locks = append(locks, in.queueLock(key, q.ns, counters[q], queueRows[q], now))
 	}
@@ -848,12 +860,12 @@ func (in *Inspector) List(ctx context.Context, opts ListOptions) (ListPage, erro
 			return ListPage{}, err
 		}
 	}
-	start, err := decodePageToken(opts.PageToken)
+	start, err := decodePageToken(opts.PageToken, in.names)
 	if err != nil {
 		return ListPage{}, err
 	}
 	e := expr(expression.NewBuilder().WithFilter(
-		expression.Not(expression.BeginsWith(name(attrPK), reservedPrefix))))
+		expression.Not(expression.BeginsWith(name(in.names.PartitionKey), reservedPrefix))))
 	in2 := &dynamodb.ScanInput{
 		TableName:                 aws.String(in.table),
 		FilterExpression:          e.Filter(),
@@ -872,7 +884,7 @@ func (in *Inspector) List(ctx context.Context, opts ListOptions) (ListPage, erro
 	now := in.clock.Now()
 	var page ListPage
 	for _, it := range out.Items {
-		kind, ns := lockRow(it) // not by sort key alone: the table may hold other items
+		kind, ns := lockRow(it, in.names) // not by sort key alone: the table may hold other items
 		var l Lock
 		switch kind {
 		case rowMutex:
@@ -880,13 +892,13 @@ func (in *Inspector) List(ctx context.Context, opts ListOptions) (ListPage, erro
 		case rowTicket:
 			l = in.ticketLock(it, ns, now)
 		case rowQueueCounter:
-			key := attrS(it, attrPK)
-			rows, err := in.query(ctx, expression.Key(attrPK).Equal(expression.Value(key)).
-				And(expression.Key(attrSK).BeginsWith(ticketPrefix(ns))), opts.Consistent)
+			key := attrS(it, in.names.PartitionKey)
+			rows, err := in.query(ctx, expression.Key(in.names.PartitionKey).Equal(expression.Value(key)).
+				And(expression.Key(in.names.SortKey).BeginsWith(ticketPrefix(ns))), opts.Consistent)
 			if err != nil {
 				return ListPage{}, fmt.Errorf("lockcore: list %s: queue %q: %w", in.table, key, err)
 			}
-			rows = slices.DeleteFunc(rows, func(r item) bool { k, _ := lockRow(r); return k != rowQueueTicket })
+			rows = slices.DeleteFunc(rows, func(r item) bool { k, _ := lockRow(r, in.names); return k != rowQueueTicket })
 			l = in.queueLock(key, ns, it, rows, now)
 		default:
 			continue // queue ticket rows (read with their counter), audit rows
@@ -897,7 +909,7 @@ func (in *Inspector) List(ctx context.Context, opts ListOptions) (ListPage, erro
 		}
 	}
 	if len(out.LastEvaluatedKey) > 0 {
-		if page.Next, err = encodePageToken(out.LastEvaluatedKey); err != nil {
+		if page.Next, err = encodePageToken(out.LastEvaluatedKey, in.names); err != nil {
 			return ListPage{}, fmt.Errorf("lockcore: list %s: %w", in.table, err)
 		}
 	}
@@ -931,9 +943,9 @@ type pageToken struct {
 	SK string `json:"sk"`
 }
 
-func encodePageToken(k item) (string, error) {
-	pk, ok1 := k[attrPK].(*types.AttributeValueMemberS)
-	sk, ok2 := k[attrSK].(*types.AttributeValueMemberS)
+func encodePageToken(k item, names TableAttributes) (string, error) {
+	pk, ok1 := k[names.PartitionKey].(*types.AttributeValueMemberS)
+	sk, ok2 := k[names.SortKey].(*types.AttributeValueMemberS)
 	if !ok1 || !ok2 || len(k) != 2 {
 		return "", fmt.Errorf("unexpected scan position (is this a lock table with string keys pk and sk?)")
 	}
@@ -944,7 +956,7 @@ func encodePageToken(k item) (string, error) {
 	return base64.RawURLEncoding.EncodeToString(b), nil
 }
 
-func decodePageToken(tok string) (item, error) {
+func decodePageToken(tok string, names TableAttributes) (item, error) {
 	if tok == "" {
 		return nil, nil
 	}
@@ -956,7 +968,7 @@ func decodePageToken(tok string) (item, error) {
 	if err != nil || pt.PK == "" || pt.SK == "" {
 		return nil, invalidOption("pageToken", "not a token returned by List")
 	}
-	return item{attrPK: s(pt.PK), attrSK: s(pt.SK)}, nil
+	return names.key(pt.PK, pt.SK), nil
 }
 
 // ItemLock is what ShowItem reports about the lock attributes of a data item.
@@ -965,7 +977,7 @@ type ItemLock struct {
 	Key      map[string]string `json:"key"` // key attribute → value as text
 	State    LockState         `json:"state"`
 	Holder   *LockHolder       `json:"holder,omitempty"`
-	Fence    FenceInfo         `json:"fence"` // the item's acquisition count (restarts if the item is deleted)
+	Fence    FenceInfo         `json:"fence"` // the holder's token (Seq: its ticket in this life of the item), or the last one issued
 	Revision int64             `json:"revision"`
 	Waiters  []Waiter          `json:"waiters,omitempty"` // tickets waiting, in the order they enter
 	Tickets  *TicketCounters   `json:"tickets,omitempty"` // the item's queue (Next: its Fence)
@@ -1003,9 +1015,9 @@ func (in *Inspector) ShowItem(ctx context.Context, table string, key map[string]
 		out.Key[k] = avText(v)
 	}
 	st := il.state(it, "")
-	out.Fence, out.Revision = fenceInfo(Fence(st.next)), st.rev
+	out.Fence, out.Revision = itemFenceInfo(st.epoch, st.next), st.rev
 	if st.hasServing && st.serving <= st.next {
-		out.Fence = fenceInfo(Fence(st.serving))
+		out.Fence = itemFenceInfo(st.epoch, st.serving)
 	}
 	if st.hasQueue || st.hasServing {
 		out.Tickets = &TicketCounters{Serving: st.serving, Next: st.next}
@@ -1023,8 +1035,9 @@ func (in *Inspector) ShowItem(ctx context.Context, table string, key map[string]
 	switch id := st.lockedBy; {
 	case id == "":
 	case st.served() == servedGone:
-		out.State = LockAbandoned // handed to a ticket since withdrawn: the next waiter skips it
-		out.Holder = &LockHolder{LeaseID: fmt.Sprintf("ticket %d", st.serving), Ticket: st.serving}
+		// Handed to a ticket whose waiter had given up (withdrawn): nobody holds the item,
+		// and the next take skips that ticket at once, as the Mutex's and the TicketLock's
+		// do (which the Inspector shows as released too). Not abandoned: no holder died.
 	default:
 		ms := st.leaseMs
 		out.Holder = &LockHolder{Owner: st.owner, LeaseID: id,

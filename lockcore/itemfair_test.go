@@ -48,14 +48,18 @@ func TestItemFairUncontendedTwoCalls(t *testing.T) {
 	ctx := ctxT(t, 30*time.Second)
 	c := &counting{DynamoDB: e.db}
 	il, _ := lockcore.NewItemLocker(c, e.data, fast("a", lockcore.WithHeartbeat(0))...)
+	var first lockcore.Fence
 	for i := range 4 {
 		c.calls.Store(0)
 		l, err := il.Acquire(ctx, dataKey("two"))
 		if err != nil {
 			t.Fatal(err)
 		}
-		if l.Token() != lockcore.Fence(i+1) {
-			t.Fatalf("round %d: token %d, want %d", i, l.Token(), i+1)
+		if i == 0 {
+			first = l.Token()
+		}
+		if l.Token()%1024 != lockcore.Fence(i+1) || l.Token() != first+lockcore.Fence(i) {
+			t.Fatalf("round %d: token %d, want ticket %d of the item's life (first token %d)", i, l.Token(), i+1, first)
 		}
 		if i%2 == 0 {
 			_, err = il.UpdateAndRelease(ctx, l, addOne(), nil)

@@ -21,13 +21,17 @@ type ItemAttributes struct {
 	Until    string // holder's wall-clock lease end in ms (default "lockUntil")
 	LeaseMs  string // holder's lease duration in ms (default "lockLeaseMs")
 	Rev      string // lease version, +1 per acquisition and renewal (default "lockRev")
-	Fence    string // acquisitions of this item ever: the fencing token (default "lockFence")
+	Fence    string // tickets issued in this life of the item: the ticket counter (default "lockFence")
 	Write    string // id of the last write made under a lease, to settle ambiguous writes (default "lockWrite")
 
 	// The fair queue (left empty, each takes its default).
 	Serving string // ticket allowed in (default "lockServing"); Fence is the last ticket issued
 	Ticket  string // the ticket the holder attributes belong to (default "lockTicket")
 	Waiters string // map of waiter id → ticket − 1, one short entry per waiting ticket (default "lockWaiters")
+
+	// Left empty, each takes its default.
+	Epoch string // start of this life of the item, µs since 1970: its tokens' epoch (default "lockEpoch")
+	Room  string // padding that keeps room for the next holder on an item near the size limit (default "lockRoom")
 }
 
 // DefaultItemAttributes are the attribute names used unless WithItemAttributes says otherwise.
@@ -35,31 +39,33 @@ var DefaultItemAttributes = ItemAttributes{
 	LockedBy: "lockedBy", LockTime: "lockTime", Owner: "lockOwner", Until: "lockUntil",
 	LeaseMs: "lockLeaseMs", Rev: "lockRev", Fence: "lockFence", Write: "lockWrite",
 	Serving: "lockServing", Ticket: "lockTicket", Waiters: "lockWaiters",
+	Epoch: "lockEpoch", Room: "lockRoom",
 }
 
 func (a ItemAttributes) all() []string {
-	return []string{a.LockedBy, a.LockTime, a.Owner, a.Until, a.LeaseMs, a.Rev, a.Fence, a.Write, a.Serving, a.Ticket, a.Waiters}
+	return []string{a.LockedBy, a.LockTime, a.Owner, a.Until, a.LeaseMs, a.Rev, a.Fence, a.Write, a.Serving, a.Ticket, a.Waiters, a.Epoch, a.Room}
 }
 
-// withDefaults fills the queue's names left empty (ItemAttributes written before the
-// queue existed name only the first eight).
+// withDefaults fills the names left empty that ItemAttributes written before them did not
+// have (those name only the first eight, or eleven).
 func (a ItemAttributes) withDefaults() ItemAttributes {
 	d := DefaultItemAttributes
-	if a.Serving == "" {
-		a.Serving = d.Serving
-	}
-	if a.Ticket == "" {
-		a.Ticket = d.Ticket
-	}
-	if a.Waiters == "" {
-		a.Waiters = d.Waiters
+	for _, f := range []struct {
+		v *string
+		d string
+	}{
+		{&a.Serving, d.Serving}, {&a.Ticket, d.Ticket}, {&a.Waiters, d.Waiters}, {&a.Epoch, d.Epoch}, {&a.Room, d.Room},
+	} {
+		if *f.v == "" {
+			*f.v = f.d
+		}
 	}
 	return a
 }
 
 // WithItemAttributes renames an ItemLocker's lock attributes. Every name must be
-// non-empty and distinct; Serving, Ticket and Waiters left empty take their defaults.
-// Other strategies refuse it.
+// non-empty and distinct; Serving, Ticket, Waiters, Epoch and Room left empty take their
+// defaults. Other strategies refuse it.
 func WithItemAttributes(a ItemAttributes) Option {
 	return func(c *config) error {
 		c.only("itemAttributes", StrategyItem)
@@ -79,9 +85,14 @@ func WithItemAttributes(a ItemAttributes) Option {
 	}
 }
 
-// RequireItem makes an ItemLocker's Acquire fail with ErrItemNotFound when the item does
-// not exist, instead of creating it with only its key and lock attributes. Other
+// WithRequiredItem makes an ItemLocker's Acquire fail with ErrItemNotFound when the item
+// does not exist, instead of creating it with only its key and lock attributes. Other
 // strategies refuse it.
+func WithRequiredItem() Option { return RequireItem() }
+
+// RequireItem is WithRequiredItem.
+//
+// Deprecated: client options are named With...; use WithRequiredItem.
 func RequireItem() Option {
 	return func(c *config) error { c.only("requireItem", StrategyItem); c.item.require = true; return nil }
 }
@@ -97,7 +108,10 @@ func RequireItem() Option {
 //
 // Attributes (names configurable with WithItemAttributes):
 //
-//	lockFence     last ticket issued (so the fencing token: acquisitions of the item)
+//	lockFence     last ticket issued in this life of the item (acquisitions since it
+//	              was created)
+//	lockEpoch     start of this life of the item, µs since 1970, written by the take that
+//	              began it: the fencing token is lockEpoch<<10 + ticket
 //	lockServing   ticket allowed in
 //	lockWaiters   map of waiter id (8 characters) → ticket − 1, one entry per waiting
 //	              ticket, written by the update that issued it
@@ -109,12 +123,15 @@ func RequireItem() Option {
 //	              lease end, last acquisition or renewal, lease duration
 //	lockRev       bumps on every acquisition, handoff, skip and heartbeat
 //	lockWrite     id of the last write, to settle ambiguous writes (the write chain)
+//	lockRoom      padding a holder's write to an item near DynamoDB's size limit leaves
+//	              for the next holder's lock attributes; the next renewal, holder write
+//	              or take that needs it removes it
 //
 // Protocol:
 //
 //	take (free)   one UpdateItem if nobody holds or waits: ADD lockFence 1, serving = the
-//	              new ticket, lockedBy = our lease id, …; ALL_NEW is the item: held and
-//	              read in one call.
+//	              new ticket, lockedBy = our lease id, lockEpoch = now if absent, …;
+//	              ALL_NEW is the item: held and read in one call.
 //	take (queue)  one UpdateItem if the item is busy: ADD lockFence 1 and our entry
 //	              (lockWaiters.<id> = old lockFence). Each form fails its condition when
 //	              the other applies; the item returned with the failure says which, and
@@ -131,6 +148,21 @@ func RequireItem() Option {
 //	              with UpdateAndRelease, together with the caller's update (one call).
 //	write         Update and every heartbeat write our lease id into lockedBy (and drop
 //	              our entry): a handed-over lease is then held like one taken free.
+//
+// Room. DynamoDB refuses to make an item larger than 400 KB, and the caller's data may
+// fill the item. The lock keeps itemHeadroom (2 KiB, the Mutex's too) free for its
+// holders' lock attributes: a queued take that leaves less withdraws its ticket, a claim
+// take that leaves no room for its heartbeats releases the item, and either fails with an
+// ItemTooLargeError (as does a take the engine refuses as too large); a holder's Update,
+// UpdateAndRelease or Release to an item past half the limit carries a lockRoom padding
+// sized so that the engine refuses it unless, once the holder's own attributes are gone,
+// 2 KiB stay free (or, on an item that had less, unless it does not grow the item): such
+// a write fails with an ItemTooLargeError, nothing written (a Release then goes without
+// the padding). The next holder's first renewal or write removes the padding and uses its
+// room. A waiter handed an item without room for its lease id anyway (filled by another
+// writer) keeps holding it by its ticket: its heartbeats write only lockRev, lockUntil and
+// lockLeaseMs, and its writes do not claim; its lease id never reaches the item, so
+// Attach cannot find it.
 //
 // Every write of a holder is conditioned on owning the item: lockedBy = its lease id and
 // lockOwner = its owner name, or — before it wrote its lease id — serving = its ticket,
@@ -167,9 +199,13 @@ func RequireItem() Option {
 // item is free (no ticket issued after the released one), so an old client can take the
 // item only when a new one could take it free; new clients' heartbeats and handoffs bump
 // lockRev and refresh lockUntil, so an old client's takeover rules see them alive.
-// Conversely, an old client's take increments lockFence like a ticket and writes its
-// lease id into lockedBy: new clients see that ticket served with a holder that is not
-// theirs, and wait until lockedBy is removed (then skip it at once) or stays unchanged
+// An item life an old client began has no lockEpoch: its old clients' tokens are their
+// tickets, and the first new client to take or renew writes the epoch, so tokens only
+// grow (old clients' tokens then lie below new ones: their fenced writes to other
+// resources are refused while new clients lock the item). Conversely, an old client's
+// take increments lockFence like a ticket and writes its lease id into lockedBy: new
+// clients see that ticket served with a holder that is not theirs, and wait until
+// lockedBy is removed (then skip it at once) or stays unchanged
 // for its lease. Both protocols condition every holder write on lockedBy, so neither can
 // write under the other's lease.
 //
@@ -210,6 +246,7 @@ type ItemLease struct {
 	ikey   item
 	hold   *itemHold
 	chain  writeChain
+	ticket int64
 }
 
 // Update writes update to the locked item and keeps the lock; cond is an extra
@@ -259,13 +296,26 @@ func (l *ItemLease) HeldCondition() expression.ConditionBuilder {
 	return l.hold.owns(l.Lease)
 }
 
-// Token returns the fencing token of this acquisition: its ticket, the number of tickets
-// the item has issued, kept in its Fence attribute. Tokens strictly increase for as long as the item
-// exists. Deleting the item deletes the counter: the next acquisition starts again at 1,
-// so a token of the locking read orders the writes of one item's life only. The locking
-// read needs no token for its own writes (they are conditioned on the lease itself); use
-// a Mutex, whose tokens survive the deletion of its rows, to fence other resources.
+// Token returns the fencing token of this acquisition: epoch<<10 + n, where n is its
+// ticket (the tickets the item has issued in this life, its Fence attribute) and epoch
+// the start of the item's life in µs since 1970 (its Epoch attribute). Tokens strictly
+// increase while the item exists. Deleting the item deletes both; the take that creates
+// it again (or locks an item put again without lock attributes) begins a new life with
+// a later epoch, so tokens keep increasing across the item's lives and may fence other
+// resources (FenceCondition) as a Mutex's do — with one assumption a Mutex's tokens do
+// not make: across lives the order rests on the wall clocks of the clients that begin
+// them. A life's tokens exceed an earlier life's as long as the take that began it was
+// sent later, by its client's clock, than the take that began the earlier one by that
+// client's clock: as long as the clocks disagree by less than the time between the
+// beginnings of two consecutive lives (at least the earlier life's span, from its first
+// acquisition to its deletion), and no such take was on its way for that long. The
+// locking read's own writes need no token: they are conditioned on the lease itself. An
+// attached lease's token is zero.
 func (il *ItemLease) Token() Fence { return il.Lease.Token() }
+
+// Ticket returns this acquisition's ticket: the item's Fence (tickets issued in this life
+// of the item) when it was taken, Token without its epoch. An attached lease's is zero.
+func (il *ItemLease) Ticket() int64 { return il.ticket }
 
 // Item returns the item's attributes without the lock attributes. It is nil when the
 // item did not exist before Acquire (without RequireItem).
@@ -320,6 +370,9 @@ func (il *ItemLocker) Acquire(ctx context.Context, key map[string]types.Attribut
 		if tr.claimed && h.tombWID != "" {
 			il.entomb(ctx, h)
 		}
+		if err := il.roomAfterTake(ctx, h, leaseID, tr, ac); err != nil {
+			return nil, err
+		}
 		wr := waitResult{st: tr.st, claimed: true, start: tr.sent, lease: ac.lease}
 		if !tr.claimed {
 			st.contended = true
@@ -333,6 +386,7 @@ func (il *ItemLocker) Acquire(ctx context.Context, key map[string]types.Attribut
 			}
 		}
 		h.next = wr.st.next
+		h.learn(wr.st.it)
 		if tr.claimed {
 			// Old tombstones go with our release, as a queued holder's take arranges:
 			// an item only ever claimed would otherwise keep every tombstone it got.
@@ -347,7 +401,7 @@ func (il *ItemLocker) Acquire(ctx context.Context, key map[string]types.Attribut
 				h.gc = append(h.gc, w) // removed with our release
 			}
 		}
-		l := newLease(h, il.cfg, ac.lease, label, "", leaseID, Fence(h.ticket), wr.start)
+		l := newLease(h, il.cfg, ac.lease, label, "", leaseID, itemFence(h.epoch, h.ticket), wr.start)
 		l.ikey = key
 		// The lease is not the caller's until Acquire returns it: a renewal that finds
 		// it lost reports no lease event.
@@ -360,9 +414,10 @@ func (il *ItemLocker) Acquire(ctx context.Context, key map[string]types.Attribut
 			// renewal that also claims the lease.
 			h.init = missingAttrs(wr.st.it, ac.init)
 		}
-		if l.Remaining() < ac.lease/2 || len(h.init) > 0 {
+		if l.Remaining() < ac.lease/2 || len(h.init) > 0 || h.epoch == 0 {
 			// Much of a handed-over lease went by unnoticed, or SetIfAbsent attributes
-			// are missing: claim it now.
+			// are missing, or the item's life has no epoch yet (begun by a client of the
+			// previous release): claim it now (a renewal writes the epoch).
 			if err := l.Renew(ctx); err != nil {
 				if errors.Is(err, ErrLeaseLost) {
 					continue
@@ -377,11 +432,37 @@ func (il *ItemLocker) Acquire(ctx context.Context, key map[string]types.Attribut
 			lease.item = il.strip(h.item, key)
 			h.item = nil
 		}
+		l.token, lease.ticket = itemFence(h.epoch, h.ticket), h.ticket
 		h.since = il.cfg.clock.Now()
 		l.observer = obs
 		l.startHeartbeat(ctx, ac.heartbeat)
 		return lease, nil
 	}
+}
+
+// roomAfterTake refuses a take that left the item without the room its lock needs
+// (room.go): a queued take must leave itemHeadroom free for the lock attributes of the
+// holders before it (it withdraws its ticket), a claim take room for its own heartbeats
+// (it releases the item). Either fails with an ItemTooLargeError.
+func (il *ItemLocker) roomAfterTake(ctx context.Context, h *itemHold, leaseID string, tr takeResult, ac *acquireConfig) error {
+	h.learn(tr.st.it)
+	keep := itemHeadroom
+	if tr.claimed {
+		keep = renewRoom
+	}
+	if h.size+keep <= maxItemBytes {
+		return nil
+	}
+	if !tr.claimed {
+		il.withdraw(ctx, h, leaseID)
+		return h.tooLargeErr("acquire", keep, nil)
+	}
+	rctx, cancel := detached(ctx)
+	defer cancel()
+	h.next = tr.st.next
+	l := &Lease{key: h.label, id: leaseID, owner: il.cfg.owner, clock: il.cfg.clock, duration: ac.lease}
+	_ = h.release(rctx, l)
+	return h.tooLargeErr("acquire", keep, nil)
 }
 
 // missingAttrs returns the attributes of init that it lacks (nil: none).
@@ -466,9 +547,10 @@ func (il *ItemLocker) holderOf(it item) *Holder {
 	ms, _ := attrN(it, a.LeaseMs)
 	until, _ := attrN(it, a.Until)
 	fence, _ := attrN(it, a.Fence)
+	epoch, _ := attrN(it, a.Epoch)
 	return &Holder{
 		Owner: attrS(it, a.Owner), LeaseID: attrS(it, a.LockedBy), Rev: rev,
-		Lease: time.Duration(ms) * time.Millisecond, Until: time.UnixMilli(until), Token: Fence(fence),
+		Lease: time.Duration(ms) * time.Millisecond, Until: time.UnixMilli(until), Token: itemFence(epoch, fence),
 	}
 }
 
@@ -510,6 +592,23 @@ func (il *ItemLocker) unlock(u expression.UpdateBuilder) expression.UpdateBuilde
 	return u.Remove(name(a.LockedBy)).Remove(name(a.Owner)).Remove(name(a.Until)).Remove(name(a.LockTime))
 }
 
+// updateBytes estimates what update adds to an item: its names and values. (An update
+// that copies attributes adds more; see itemHold.padding.)
+func updateBytes(update expression.UpdateBuilder) int {
+	e, err := expression.NewBuilder().WithUpdate(cloneUpdate(update)).Build()
+	if err != nil {
+		return 0
+	}
+	n := 0
+	for _, v := range e.Names() {
+		n += len(v)
+	}
+	for _, v := range e.Values() {
+		n += valueBytes(v)
+	}
+	return n
+}
+
 // ErrConditionFailed is returned by UpdateAndRelease when the caller's own condition
 // failed. Nothing was written and the lease is still held.
 var ErrConditionFailed = errors.New("lockcore: caller's condition failed")
@@ -527,6 +626,10 @@ var ErrConditionFailed = errors.New("lockcore: caller's condition failed")
 //     write may or may not have landed.
 //   - ErrConditionFailed when cond failed: nothing was written, the lease is still held
 //     and its heartbeat still runs (call Release).
+//   - ErrItemTooLarge (an *ItemTooLargeError) when the write would make the item larger
+//     than DynamoDB allows or, on an item past half that limit, leave less than the room
+//     the lock keeps for the next holder's lock attributes: nothing was written, the
+//     lease is still held and its heartbeat still runs.
 //   - any other error (a ValidationException, the context's end before anything was
 //     sent) leaves the lease held with its heartbeat running; an error that matches
 //     ErrUnknownOutcome means the write may still land while the lease is held.
@@ -623,15 +726,29 @@ func (il *ItemLocker) write(ctx context.Context, lease *ItemLease, update expres
 			return nil, fmt.Errorf("lockcore: %s %s: read the item's write id: %w", op, l.key, err)
 		}
 		w.known, w.last = true, attrS(cur, il.attrs.Write)
+		h.learn(cur)
 	}
 	// Every write carries a fresh id in the Write attribute: after an ambiguous failure
 	// the item itself says whether this write landed.
 	writeID := randomHex(8)
-	base := cloneUpdate(update).Set(name(il.attrs.Write), value(writeID))
+	// Near the size limit the write carries the Room padding: it fails, with nothing
+	// written, unless it leaves room for the next holder's lock attributes (room.go).
+	add, own := updateBytes(update), 0
+	switch {
+	case release:
+	case h.lean:
+		own = h.own // our ticket's marker stays
+	default:
+		own = h.claimBytes(l) // this write claims, if it has not yet
+	}
+	pad, reread := h.padding(add, own), false
 	handoff := h.handsOver()
 	landed := func(it item) (item, error) {
 		w.known, w.last, w.pending = true, writeID, nil
-		h.entry = false
+		if release || !h.lean {
+			h.entry = false // removed by the release, or by the claim
+		}
+		h.learn(it)
 		if n, ok := attrN(it, il.attrs.Fence); ok {
 			h.next = n
 		}
@@ -654,7 +771,7 @@ func (il *ItemLocker) write(ctx context.Context, lease *ItemLease, update expres
 	adopted, flips := 0, 0
 	for {
 		c := expression.And(h.owns(l), il.chainCondition(w, writeID))
-		u := cloneUpdate(base)
+		u := h.keepRoom(cloneUpdate(update).Set(name(il.attrs.Write), value(writeID)), pad)
 		switch {
 		case release && h.ticket > 0:
 			var fc expression.ConditionBuilder
@@ -662,7 +779,7 @@ func (il *ItemLocker) write(ctx context.Context, lease *ItemLease, update expres
 			c = expression.And(c, fc)
 		case release:
 			u = il.unlock(u) // a lease without a ticket (an old client's): just unlock
-		default:
+		case !h.lean: // a lean hold does not claim: there is no room for it
 			u = h.claim(u, l)
 		}
 		if cond != nil {
@@ -716,6 +833,20 @@ func (il *ItemLocker) write(ctx context.Context, lease *ItemLease, update expres
 			}
 			return nil, cerr
 		case errFatal:
+			if tooLarge(err) && !uncertain {
+				if pad > 0 && !reread {
+					// The padding was sized from the item as we last saw it: learn its
+					// size (waiters may have joined since) and try once more with the
+					// padding that calls for.
+					reread = true
+					if cur, rerr := il.read(ctx, lease.ikey); rerr == nil {
+						h.learn(cur)
+						pad = h.padding(add, own)
+						continue
+					}
+				}
+				return nil, h.tooLargeErr(op, pad, err)
+			}
 			return nil, unknown(err)
 		case errAmbiguous:
 			uncertain = true
@@ -794,7 +925,8 @@ func (il *ItemLocker) classifyOld(op string, l *Lease, old item) error {
 // Attach returns a handle on a lease acquired elsewhere on the item with key, so that
 // this client can release or renew it (owner-checked). Its Token is zero. The lease
 // must have written its lease id to the item (every acquisition that did not wait does
-// so at once, a handed-over one with its first write or heartbeat). The handle claims
+// so at once, a handed-over one with its first write or heartbeat — unless the item had
+// no room for it: see ItemLocker). The handle claims
 // no validity (Remaining is zero) until its first successful Renew: it cannot know when
 // the lease was last renewed, and a write whose outcome is unknown is settled as landed
 // only while the lease is certainly valid.

@@ -47,6 +47,7 @@ type itemState struct {
 	hasServing bool
 	hasRev     bool
 	next       int64 // Fence: last ticket issued
+	epoch      int64 // Epoch: start of this life of the item (0: none yet)
 	serving    int64
 	ticket     int64 // the ticket the holder attributes belong to
 	rev        int64
@@ -65,6 +66,7 @@ func (il *ItemLocker) state(it item, wid string) itemState {
 	a := il.attrs
 	st := itemState{it: it, exists: it != nil, waiters: map[int64]string{}, tombs: map[string]int64{}}
 	st.next, _ = attrN(it, a.Fence)
+	st.epoch, _ = attrN(it, a.Epoch)
 	st.serving, st.hasServing = attrN(it, a.Serving)
 	st.ticket, _ = attrN(it, a.Ticket)
 	st.rev, st.hasRev = attrN(it, a.Rev)
@@ -154,12 +156,12 @@ func (il *ItemLocker) stateHolder(st itemState) *Holder {
 		return nil
 	}
 	h := &Holder{Owner: st.owner, LeaseID: st.lockedBy, Rev: st.rev,
-		Lease: time.Duration(st.leaseMs) * time.Millisecond, Token: Fence(st.ticket)}
+		Lease: time.Duration(st.leaseMs) * time.Millisecond, Token: itemFence(st.epoch, st.ticket)}
 	if st.until > 0 {
 		h.Until = time.UnixMilli(st.until)
 	}
 	if st.hasServing {
-		h.Token = Fence(st.serving)
+		h.Token = itemFence(st.epoch, st.serving)
 	}
 	return h
 }
@@ -200,6 +202,90 @@ type itemHold struct {
 	// holds); the next renewal writes them, and item is the item it returned.
 	init map[string]types.AttributeValue
 	item item
+
+	// size: the item's size as last returned to this hold, without the Room padding
+	// (0: unknown); own: the part of it that the holder attributes lockedBy, lockOwner
+	// and lockTime take (ours, or our ticket's marker, while we hold: our release removes
+	// them); room: the padding was there; epoch: the life's epoch as last seen (see
+	// itemFence).
+	size, own int
+	room      bool
+	epoch     int64
+
+	// lean: the item has no room for our lease id, owner and lock time (a waiter handed
+	// an item that another writer filled nearly to DynamoDB's limit). The lease is held
+	// by its ticket, as a handed-over lease is before its first write: renewals write
+	// only what waiters watch (lockRev, lockUntil, lockLeaseMs), and writes do not claim.
+	lean bool
+}
+
+// learn records what an item returned to the hold says about its size and life.
+func (h *itemHold) learn(it item) {
+	if it == nil {
+		return
+	}
+	a := h.il.attrs
+	h.size, h.own = itemBytes(it), 0
+	var pad types.AttributeValue
+	if pad, h.room = it[a.Room]; h.room {
+		h.size -= len(a.Room) + valueBytes(pad) // room the holder may use
+	}
+	for _, k := range []string{a.LockedBy, a.Owner, a.LockTime} {
+		if v, ok := it[k]; ok {
+			h.own += len(k) + valueBytes(v)
+		}
+	}
+	if e, ok := attrN(it, a.Epoch); ok {
+		h.epoch = e
+	}
+}
+
+// claimBytes bounds what the holder attributes of lease l take on the item.
+func (h *itemHold) claimBytes(l *Lease) int {
+	a := h.il.attrs
+	return len(a.LockedBy) + len(l.id) + len(a.Owner) + len(l.owner) + len(a.LockTime) + numberBytes("1234567890123")
+}
+
+// padding is the size of the Room padding (0: none) that a holder write adding about add
+// bytes carries, when the write leaves own bytes of holder attributes on the item (ours:
+// our release removes them; 0 for a release). A write carrying it fails as too large
+// unless, once we have released, itemHeadroom stays free for the next holder's lock
+// attributes — or, on an item that already had less free, unless it leaves the item no
+// larger than it was (as far as the hold knows its size). The next renewal or holder
+// write gives the padding back (room.go). Far from the size limit (below half of it, so
+// that an update copying attributes still counts as near) none.
+func (h *itemHold) padding(add, own int) int {
+	base := h.size - h.own // the item once we have released, before this write
+	if h.size+add < maxItemBytes/2 {
+		return 0
+	}
+	p := itemHeadroom - own
+	if base+itemHeadroom > maxItemBytes {
+		p = maxItemBytes - base - own
+	}
+	if p > len(h.il.attrs.Room) {
+		return p
+	}
+	return 0
+}
+
+// keepRoom adds the Room padding of pad bytes, name included, to u, or with pad 0
+// removes it if the item had it.
+func (h *itemHold) keepRoom(u expression.UpdateBuilder, pad int) expression.UpdateBuilder {
+	a := h.il.attrs
+	if pad <= 0 {
+		if h.room {
+			u = u.Remove(name(a.Room))
+		}
+		return u
+	}
+	return u.Set(name(a.Room), value(make([]byte, pad-len(a.Room))))
+}
+
+// tooLargeErr explains a write DynamoDB refused as too large (cause), or one that would
+// leave less than keep bytes free.
+func (h *itemHold) tooLargeErr(op string, keep int, cause error) error {
+	return &ItemTooLargeError{Op: op, Key: h.label, Size: h.size, Keep: keep, Limit: maxItemBytes, Cause: cause}
 }
 
 // endEntry adds the end of our entry in the Waiters map to u: removed, or a tombstone
@@ -343,6 +429,7 @@ func (h *itemHold) renew(ctx context.Context, l *Lease) error {
 			return fmt.Errorf("lockcore: renew %s: %w", l.key, err)
 		}
 		h.grant = il.state(it, "").leaseMs
+		h.learn(it)
 	}
 	flips := 0
 	for {
@@ -351,10 +438,17 @@ func (h *itemHold) renew(ctx context.Context, l *Lease) error {
 		if g := time.Duration(h.grant) * time.Millisecond; g > d {
 			d = g
 		}
-		u := h.claim(expression.Set(name(a.LockTime), value(now.UnixMilli())), l).
-			Set(name(a.Until), value(now.Add(d).UnixMilli())).
+		// A heartbeat also gives back the Room padding of a holder write (its room is
+		// ours to use), and gives an item life begun by a previous release's client its
+		// epoch.
+		u := expression.Set(name(a.Until), value(now.Add(d).UnixMilli())).
 			Set(name(a.LeaseMs), value(d.Milliseconds())).
-			Add(name(a.Rev), value(1))
+			Add(name(a.Rev), value(1)).
+			Set(name(a.Epoch), expression.IfNotExists(name(a.Epoch), value(itemEpoch(now))))
+		u = h.keepRoom(u, 0)
+		if !h.lean {
+			u = h.claim(u.Set(name(a.LockTime), value(now.UnixMilli())), l)
+		}
 		// Nor does any handle shorten a lease that another handle of this lease (lockedBy
 		// = its id) granted: an attached handle whose client uses a longer lease counts
 		// that lease from its renewal, and waiters would take over after ours.
@@ -364,8 +458,11 @@ func (h *itemHold) renew(ctx context.Context, l *Lease) error {
 		e := expr(expression.NewBuilder().WithCondition(expression.And(h.owns(l), expression.Not(shorter))).WithUpdate(initAttrs(u, h.init)))
 		out, err := il.db.UpdateItem(ctx, conditionalUpdate(il.table, h.key, e, types.ReturnValueAllNew), noSDKRetry)
 		if err == nil {
-			h.entry = false
+			if !h.lean {
+				h.entry = false
+			}
 			h.next, _ = attrN(out.Attributes, a.Fence)
+			h.learn(out.Attributes)
 			if h.init != nil {
 				h.init, h.item = nil, out.Attributes
 			}
@@ -384,6 +481,17 @@ func (h *itemHold) renew(ctx context.Context, l *Lease) error {
 			}
 			return il.classifyOld("renew", l, old)
 		case errFatal:
+			if tooLarge(err) && !h.lean {
+				// No room for our lease id, owner and lock time: hold the item by our
+				// ticket (or the lease id already there) and renew with what waiters
+				// watch only, which grows the item by a few bytes at most. The lease is
+				// not lost for want of room that nobody else took.
+				h.lean = true
+				continue
+			}
+			if tooLarge(err) {
+				return h.tooLargeErr("renew", 0, err)
+			}
 			return fmt.Errorf("lockcore: renew %s: %w", l.key, err)
 		}
 		if serr := sleep(ctx, bo.next()); serr != nil {
@@ -408,10 +516,14 @@ func (h *itemHold) release(ctx context.Context, l *Lease) error {
 	handoff := h.handsOver()
 	uncertain := false
 	flips := 0
+	// Near the size limit, keep room for the next holder's lock attributes (room.go);
+	// but a release never fails for it: without room the next holder holds by its
+	// ticket (itemHold.lean).
+	pad := h.padding(0, 0)
 	for {
 		var u expression.UpdateBuilder
 		cond := h.owns(l)
-		u = expression.Set(name(il.attrs.Write), value(releaseID))
+		u = h.keepRoom(expression.Set(name(il.attrs.Write), value(releaseID)), pad)
 		if h.ticket > 0 {
 			var fc expression.ConditionBuilder
 			u, fc = h.releaseUpdate(u, l, handoff)
@@ -446,6 +558,13 @@ func (h *itemHold) release(ctx context.Context, l *Lease) error {
 			}
 			return lerr
 		case errFatal:
+			if tooLarge(err) && pad > 0 {
+				pad = 0
+				continue
+			}
+			if tooLarge(err) {
+				return h.tooLargeErr("release", 0, err)
+			}
 			return fmt.Errorf("lockcore: release %s: %w", l.key, err)
 		case errAmbiguous:
 			uncertain = true
@@ -508,6 +627,7 @@ func (il *ItemLocker) take(ctx context.Context, h *itemHold, leaseID string, ac 
 	bo := backoff{base: il.cfg.backoffBase, cap: il.cfg.backoffCap}
 	var first time.Time
 	uncertainClaim, uncertainQueue := false, false
+	freeRoom := false // the claim form gives back the Room padding (after a refusal for size)
 	var last itemState
 	defer func() {
 		if retErr != nil && (uncertainClaim || uncertainQueue) {
@@ -533,7 +653,11 @@ func (il *ItemLocker) take(ctx context.Context, h *itemHold, leaseID string, ac 
 				Set(name(a.Until), value(now.Add(ac.lease).UnixMilli())).
 				Set(name(a.LeaseMs), value(ac.lease.Milliseconds())).
 				Add(name(a.Rev), value(1)).
-				Set(name(a.Waiters), expression.IfNotExists(name(a.Waiters), value(emptyMap)))
+				Set(name(a.Waiters), expression.IfNotExists(name(a.Waiters), value(emptyMap))).
+				Set(name(a.Epoch), expression.IfNotExists(name(a.Epoch), value(itemEpoch(now))))
+			if freeRoom {
+				upd = upd.Remove(name(a.Room)) // the room a holder's write kept is ours
+			}
 			e = expr(expression.NewBuilder().WithCondition(cond).WithUpdate(initAttrs(upd, ac.init)))
 		} else {
 			cond := expression.And(
@@ -625,6 +749,16 @@ func (il *ItemLocker) take(ctx context.Context, h *itemHold, leaseID string, ac 
 			}
 			continue
 		case errFatal:
+			if tooLarge(err) && claimForm && !freeRoom {
+				freeRoom = true // perhaps a holder's write kept room for us: use it
+				continue
+			}
+			if tooLarge(err) {
+				// No room for a ticket, let alone for our lease id (an engine may refuse
+				// before it evaluates the condition, so the other form fares no better).
+				h.learn(last.it)
+				return takeResult{}, h.tooLargeErr("acquire", 0, err)
+			}
 			return takeResult{}, fmt.Errorf("lockcore: lock item %s: %w", h.label, err)
 		case errAmbiguous:
 			if claimForm {
@@ -736,6 +870,11 @@ func (il *ItemLocker) skip(ctx context.Context, h *itemHold, st itemState, lease
 	}
 	e := expr(expression.NewBuilder().WithCondition(cond).WithUpdate(upd))
 	_, err := il.db.UpdateItem(ctx, conditionalUpdate(il.table, h.key, e, types.ReturnValueNone), noSDKRetry)
+	if err != nil && tooLarge(err) && ticket > 0 && s+1 == ticket {
+		// No room for our lease id: hand the item to our ticket instead (as a release
+		// would), and hold it by the ticket (itemHold.lean).
+		return il.skip(ctx, h, st, "", lease, 0)
+	}
 	return err == nil
 }
 

@@ -36,8 +36,8 @@ const (
 )
 
 // Mutex is a fair, lease-based mutual-exclusion lock on rows of a lock table (partition
-// key "pk", sort key "sk" = namespace, TTL attribute "expiresAt"; CreateLockTable makes
-// one). Waiters are served in arrival order: the lock row is a ticket lock, as
+// key "pk", sort key "sk" = namespace, TTL attribute "expiresAt", or the names given
+// WithTableAttributes; CreateLockTable makes one). Waiters are served in arrival order: the lock row is a ticket lock, as
 // TicketLock's, and also records the lease's data and the holder's owner.
 //
 // Row (see fairmutex.go for the attributes): state "fair"; fence, the last ticket
@@ -225,7 +225,7 @@ func (m *Mutex) validate(key, ns string) error {
 }
 
 func (m *Mutex) keyOf(key, ns string) item {
-	return item{attrPK: s(key), attrSK: s(ns)}
+	return item{m.cfg.names.PartitionKey: s(key), m.cfg.names.SortKey: s(ns)}
 }
 
 func holderOf(it item) *Holder {
@@ -348,7 +348,7 @@ func (m *Mutex) renew(ctx context.Context, l *Lease) error {
 		e := expr(expression.NewBuilder().
 			WithCondition(m.ownedBy(l)).
 			WithUpdate(expression.Set(name(attrUntil), value(until.UnixMilli())).
-				Set(name(attrExpiresAt), value(m.cfg.ttlAt(now, l.duration+m.cfg.ttlGrace))).
+				Set(name(m.cfg.names.TTL), value(m.cfg.ttlAt(now, l.duration+m.cfg.ttlGrace))).
 				Add(name(attrRev), value(1))))
 		out, err := m.db.UpdateItem(ctx, conditionalUpdate(m.table, m.keyOf(l.key, l.namespace), e, types.ReturnValueNone), noSDKRetry)
 		switch {
@@ -377,7 +377,7 @@ func (m *Mutex) release(ctx context.Context, l *Lease) error {
 		e := expr(expression.NewBuilder().
 			WithCondition(m.ownedBy(l)).
 			WithUpdate(expression.Set(name(attrState), value(stateReleased)).
-				Set(name(attrExpiresAt), value(m.cfg.ttlAt(now, m.cfg.retention))).
+				Set(name(m.cfg.names.TTL), value(m.cfg.ttlAt(now, m.cfg.retention))).
 				Remove(name(attrData)).
 				Remove(name(attrUntil))))
 		_, err := m.db.UpdateItem(ctx, conditionalUpdate(m.table, m.keyOf(l.key, l.namespace), e, types.ReturnValueNone), noSDKRetry)

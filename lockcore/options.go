@@ -72,7 +72,9 @@ const (
 
 // config holds the options shared by every strategy.
 type config struct {
-	strategy    Strategy // set by clientConfig
+	strategy    Strategy        // set by clientConfig
+	names       TableAttributes // the lock table's key and TTL attribute names
+	namesSet    bool
 	lease       time.Duration
 	minLease    time.Duration
 	heartbeat   time.Duration // 0 = no automatic heartbeat
@@ -123,6 +125,9 @@ type testHooks struct {
 	rowBytes int
 	// waitRoom runs when a Mutex take waits for room in a full row.
 	waitRoom func(key string)
+	// entryID, when set, draws a TicketLock's entry ids instead of compactID (so that
+	// tests can make two takes collide).
+	entryID func() string
 }
 
 // Option configures a Mutex, TicketLock, Queue, ItemLocker or Versioned store. Options are validated
@@ -271,6 +276,9 @@ func clientConfig(db DynamoDB, table string, s Strategy, opts []Option) (*config
 		return nil, err
 	}
 	c.strategy = s
+	if c.namesSet && s == StrategyItem {
+		return nil, invalidOption("WithTableAttributes", "applies to the lock table's strategies (Mutex, TicketLock, Queue), not to %s, which locks items of your own table", s)
+	}
 	for field, owner := range c.strategyOnly {
 		if owner != s {
 			return nil, invalidOption(field, "applies to the %s strategy only, not to %s", owner, s)
@@ -285,6 +293,7 @@ func newConfig(opts []Option) (*config, error) {
 		host = "host"
 	}
 	c := &config{
+		names:       DefaultTableAttributes,
 		lease:       DefaultLease,
 		minLease:    DefaultMinLease,
 		owner:       fmt.Sprintf("%s-%d-%s", host, os.Getpid(), randomHex(2)),
@@ -439,6 +448,10 @@ func Wait(p WaitPolicy) AcquireOption { return p }
 // Lambda's remaining time, say). The same rules apply: at least the minimum lease, whole
 // milliseconds, longer than the heartbeat interval when one is set. Clients of one
 // TicketLock must agree on the lease while it is in use.
+//
+// Options follow one rule: a client option (set once, for every call) is WithX, and the
+// per-call option of the same setting is X (WithWait and Wait, WithObserver has none);
+// the lease is the one exception, LeaseDuration, because Lease is the lease's type.
 func LeaseDuration(d time.Duration) AcquireOption {
 	return acquireFunc(func(a *acquireConfig) error { a.lease = d; return nil })
 }

@@ -75,7 +75,7 @@ func TestInvalidOptions(t *testing.T) {
 	if _, err := lockcore.NewItemLocker(db, "t", lockcore.WithItemAttributes(dup)); !errors.Is(err, lockcore.ErrInvalidOption) {
 		t.Errorf("duplicate item attributes: %v", err)
 	}
-	if _, err := lockcore.NewVersioned(db, "t", lockcore.MaxAttempts(0)); !errors.Is(err, lockcore.ErrInvalidOption) {
+	if _, err := lockcore.NewVersioned(db, "t", lockcore.WithMaxAttempts(0)); !errors.Is(err, lockcore.ErrInvalidOption) {
 		t.Errorf("zero attempts: %v", err)
 	}
 }

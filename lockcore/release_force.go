@@ -71,22 +71,22 @@ const (
 	forceAttempts     = 10
 )
 
-func forcedOnRow(it item, st Strategy) *ForceRecord {
+func forcedOnRow(it item, names TableAttributes, st Strategy) *ForceRecord {
 	id := attrS(it, attrForcedID)
 	if id == "" {
 		return nil
 	}
 	tok, _ := attrN(it, attrForcedToken)
-	_, ns := classifySK(attrS(it, attrSK))
+	_, ns := classifySK(attrS(it, names.SortKey))
 	return &ForceRecord{ID: id, Actor: attrS(it, attrForcedBy), Reason: attrS(it, attrForcedReason),
-		At: msTime(it, attrForcedAt), Strategy: st, Key: attrS(it, attrPK), Namespace: ns,
+		At: msTime(it, attrForcedAt), Strategy: st, Key: attrS(it, names.PartitionKey), Namespace: ns,
 		LeaseID: attrS(it, attrForcedLease), Owner: attrS(it, attrForcedOwner), Token: fenceInfo(Fence(tok))}
 }
 
-func auditRecord(it item) ForceRecord {
+func auditRecord(it item, names TableAttributes) ForceRecord {
 	tok, _ := attrN(it, attrForcedToken)
 	return ForceRecord{ID: attrS(it, attrForcedID), Actor: attrS(it, attrForcedBy), Reason: attrS(it, attrForcedReason),
-		At: msTime(it, attrForcedAt), Strategy: Strategy(attrS(it, attrAuditStrategy)), Key: attrS(it, attrPK),
+		At: msTime(it, attrForcedAt), Strategy: Strategy(attrS(it, attrAuditStrategy)), Key: attrS(it, names.PartitionKey),
 		Namespace: attrS(it, attrAuditNS), LeaseID: attrS(it, attrForcedLease), Owner: attrS(it, attrForcedOwner),
 		Token: fenceInfo(Fence(tok))}
 }
@@ -139,11 +139,12 @@ func (o *ForceOptions) validate(key string) error {
 //
 // It is one TransactWriteItems of two writes, both or neither. The first updates the
 // lock row, conditioned on the lease read just before (Mutex and TicketLock: serving
-// ticket, revision, row life and the served ticket's entry; a Mutex row of the previous
-// release: lease id, revision and state held), so a lease that changed hands meanwhile
-// is never ended by mistake; a heartbeat of the same lease (a new revision) is re-read
-// and retried, in the same life of the row only (a lease's token has no epoch until
-// its holder wrote the row life's epoch).
+// ticket, row life and the served ticket's entry, which the lease's heartbeats leave
+// alone, so that a holder heartbeating faster than the operator's round trip can still
+// be ended; a Mutex row of the previous release: lease id, revision and state held, a
+// heartbeat of which is re-read and retried), so a lease that changed hands meanwhile is
+// never ended by mistake, in the same life of the row only (a lease's token has no epoch
+// until its holder wrote the row life's epoch).
 //
 //   - Mutex: the served ticket is skipped (serving + 1, its entries ended: a tombstone
 //     under its entry id, the next ticket's lease end left unrecorded), as a waiter skips a holder that stopped
@@ -184,9 +185,9 @@ func (in *Inspector) ForceRelease(ctx context.Context, key string, opts ForceOpt
 	}
 	rec := &ForceRecord{ID: randomHex(16), Actor: opts.Actor, Reason: opts.Reason,
 		Strategy: opts.Strategy, Key: key, Namespace: opts.Namespace}
-	rowKey := item{attrPK: s(key), attrSK: s(opts.Namespace)}
+	rowKey := item{in.names.PartitionKey: s(key), in.names.SortKey: s(opts.Namespace)}
 	if opts.Strategy == StrategyTicket {
-		rowKey[attrSK] = s(opts.Namespace + ticketSuffix)
+		rowKey[in.names.SortKey] = s(opts.Namespace + ticketSuffix)
 	}
 	target := opts.LeaseID // the lease to end: fixed by the first read unless given
 	// token: the lease's fencing token, fixed by the first read unless given. A lease id
@@ -231,8 +232,8 @@ func (in *Inspector) ForceRelease(ctx context.Context, key string, opts ForceOpt
 			upd, err = in.forceTicket(cur, rowKey, &target, rec, now)
 		}
 		if err == nil && token != 0 && rec.Token.Token != token {
-			err = in.notHeld(key, opts.Namespace, opts.Strategy, fmt.Sprintf("%s (token %d)", target, int64(token)),
-				fmt.Sprintf("its token is %d", int64(rec.Token.Token)))
+			err = in.notHeld(key, opts.Namespace, opts.Strategy, fmt.Sprintf("%s (token %s)", target, token),
+				fmt.Sprintf("its token is %s", rec.Token.Token))
 		}
 		if err == nil && pinned && attrS(cur, attrLife) != life {
 			err = in.notHeld(key, opts.Namespace, opts.Strategy, target, "the lock row was deleted and created again")
@@ -259,7 +260,7 @@ func (in *Inspector) ForceRelease(ctx context.Context, key string, opts ForceOpt
 		}
 		token, life, pinned = rec.Token.Token, attrS(cur, attrLife), true
 		audit := item{
-			attrPK: s(key), attrSK: s(auditSK(opts.Namespace, opts.Strategy, now, rec.ID)),
+			in.names.PartitionKey: s(key), in.names.SortKey: s(auditSK(opts.Namespace, opts.Strategy, now, rec.ID)),
 			attrAuditStrategy: s(string(opts.Strategy)), attrAuditNS: s(opts.Namespace),
 			attrForcedID: s(rec.ID), attrForcedBy: s(rec.Actor), attrForcedAt: n(now.UnixMilli()),
 			attrForcedReason: s(rec.Reason), attrForcedLease: s(rec.LeaseID), attrForcedToken: n(int64(rec.Token.Token)),
@@ -267,7 +268,7 @@ func (in *Inspector) ForceRelease(ctx context.Context, key string, opts ForceOpt
 		if rec.Owner != "" {
 			audit[attrForcedOwner] = s(rec.Owner)
 		}
-		ae := expr(expression.NewBuilder().WithCondition(expression.AttributeNotExists(name(attrPK))))
+		ae := expr(expression.NewBuilder().WithCondition(expression.AttributeNotExists(name(in.names.PartitionKey))))
 		_, err = in.db.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{
 			TransactItems: []types.TransactWriteItem{
 				{Update: &upd},
@@ -311,12 +312,12 @@ func forceFailed(key string, pending []ForceRecord, err error) error {
 // reads of its known key) and returns the record of the one that landed (nil: none did).
 func (in *Inspector) landedAudit(ctx context.Context, key string, pending []ForceRecord) (*ForceRecord, error) {
 	for _, p := range pending {
-		it, err := in.get(ctx, in.table, item{attrPK: s(key), attrSK: s(auditSK(p.Namespace, p.Strategy, p.At, p.ID))})
+		it, err := in.get(ctx, in.table, item{in.names.PartitionKey: s(key), in.names.SortKey: s(auditSK(p.Namespace, p.Strategy, p.At, p.ID))})
 		if err != nil {
 			return nil, err
 		}
 		if it != nil && attrS(it, attrForcedID) == p.ID {
-			r := auditRecord(it)
+			r := auditRecord(it, in.names)
 			return &r, nil
 		}
 	}
@@ -325,7 +326,7 @@ func (in *Inspector) landedAudit(ctx context.Context, key string, pending []Forc
 
 // landed completes rec from the row an earlier attempt of this call wrote.
 func (in *Inspector) landed(rec *ForceRecord, cur item) *ForceRecord {
-	if r := forcedOnRow(cur, rec.Strategy); r != nil {
+	if r := forcedOnRow(cur, in.names, rec.Strategy); r != nil {
 		r.Namespace = rec.Namespace
 		return r
 	}
@@ -367,7 +368,7 @@ func (in *Inspector) forceMutex(cur item, rowKey item, target *string, rec *Forc
 		Set(name(attrLeaseID), value(forcedLeasePrefix+rec.ID)).
 		Set(name(attrPrevLease), value(id)).
 		Set(name(attrPrevState), value("forced")).
-		Set(name(attrExpiresAt), value(ttlSeconds(now.Add(in.retention)))).
+		Set(name(in.names.TTL), value(ttlSeconds(now.Add(in.retention)))).
 		Remove(name(attrUntil)).
 		Remove(name(attrData)).
 		Add(name(attrRev), value(1)).
@@ -392,17 +393,16 @@ func (in *Inspector) forceTicket(cur item, rowKey item, target *string, rec *For
 	*target = id
 	rec.LeaseID, rec.Owner, rec.Token = id, "", fenceInfo(makeFence(row.epoch, row.serving))
 	wattr := row.waiters[row.serving]
-	cond := expression.And(
+	cond := expression.And( // the served ticket of this life, whatever its heartbeats did
 		expression.Equal(name(attrServing), value(row.serving)),
-		expression.Equal(name(attrRev), value(row.rev)),
 		expression.Equal(name(attrLife), value(row.life)),
 		expression.AttributeExists(name(wattr)))
 	ttl := ttlSeconds(now.Add(max(in.retention, time.Duration(row.leaseMs)*time.Millisecond+DefaultTTLGrace)))
 	u := expression.Set(name(attrServing), value(row.serving+1)).
 		Set(name(attrSkip), value(row.serving)).
-		Set(name(attrExpiresAt), value(ttl)).
-		Add(name(attrRev), value(1)).
-		Remove(name(wattr))
+		Set(name(in.names.TTL), value(ttl)).
+		Add(name(attrRev), value(1))
+	u = endEntry(u, wattr, true, now) // a tombstone, as a skip leaves (see TicketLock.skip)
 	u = forcedAttrs(u, rec, now)
 	return updateOf(in.table, rowKey, expr(expression.NewBuilder().WithCondition(cond).WithUpdate(u))), nil
 }
@@ -428,16 +428,18 @@ func (in *Inspector) forceFairMutex(cur item, rowKey item, target *string, rec *
 	}
 	*target = h.LeaseID
 	rec.LeaseID, rec.Owner, rec.Token = h.LeaseID, h.Owner, fenceInfo(h.Token)
+	// The served ticket of this life of the row, whatever its heartbeats did since the
+	// read (not the revision: a holder heartbeating faster than an operator's round trip
+	// would refuse every attempt).
 	cond := expression.And(
 		expression.Equal(name(attrState), value(stateFair)),
 		expression.Equal(name(attrServing), value(row.serving)),
-		expression.Equal(name(attrRev), value(row.rev)),
 		expression.Equal(name(attrLife), value(row.life)),
 		expression.AttributeExists(name(waiterPrefix+id)))
 	ttl := ttlSeconds(now.Add(max(in.retention, h.Lease+DefaultTTLGrace)))
 	u := expression.Set(name(attrServing), value(row.serving+1)).
 		Set(name(attrSkip), value(row.serving)).
-		Set(name(attrExpiresAt), value(ttl)).
+		Set(name(in.names.TTL), value(ttl)).
 		Add(name(attrRev), value(1)).
 		Set(name(waiterPrefix+id), value(tombstone(now))). // as a skip leaves it (see Mutex.skip)
 		Remove(name(detailPrefix + id)).
@@ -494,7 +496,7 @@ func GuardedWriteError(err error, guard int, l *Lease) error {
 	switch {
 	case attrS(r.Item, attrState) == stateFair:
 		cur = parseMutexRow(r.Item, "").holder()
-	case strings.HasSuffix(attrS(r.Item, attrSK), ticketSuffix): // a TicketLock's row
+	case leaseStrategy(l.ops) == StrategyTicket: // a TicketLock's row
 		if row := parseTicketRow(r.Item, ""); row.servedEntry {
 			cur = row.holder()
 		}

@@ -89,8 +89,8 @@ func TestItemUpdateAndReleaseNotSettledByAnotherLifeOfTheItem(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if la.Token() != 1 {
-		t.Fatalf("setup: token %d", la.Token())
+	if la.Token()%1024 != 1 { // epoch<<10 + ticket
+		t.Fatalf("setup: token %d is not the item's first ticket", la.Token())
 	}
 	f.armed.Store(true)
 	_, err = la.UpdateAndRelease(ctx, addN, expression.ConditionBuilder{})
@@ -145,7 +145,7 @@ func TestItemRequireItemNotRecreatedByQueueInit(t *testing.T) {
 		t.Fatal(err)
 	}
 	f := &deleteBeforeInitQueue{DynamoDB: e.db, table: e.data, key: key}
-	w, _ := lockcore.NewItemLocker(f, e.data, fast("w", lockcore.RequireItem())...)
+	w, _ := lockcore.NewItemLocker(f, e.data, fast("w", lockcore.WithRequiredItem())...)
 	lw, err := w.Acquire(ctx, key, lockcore.WaitUpTo(10*time.Second))
 	if !f.fired.Load() {
 		t.Fatal("setup: the queue was never initialised")

@@ -614,7 +614,7 @@ func TestVersionedAdoptsUnversionedItem(t *testing.T) {
 	if _, err := e.db.PutItem(ctx, &dynamodb.PutItemInput{TableName: aws.String(e.data), Item: it}); err != nil {
 		t.Fatal(err)
 	}
-	v, _ := lockcore.NewVersioned(e.db, e.data, fast("v", lockcore.MaxAttempts(3))...)
+	v, _ := lockcore.NewVersioned(e.db, e.data, fast("v", lockcore.WithMaxAttempts(3))...)
 	_, ver, err := v.Update(ctx, dataKey("legacy"), func(cur map[string]types.AttributeValue) (map[string]types.AttributeValue, error) {
 		return map[string]types.AttributeValue{"n": &types.AttributeValueMemberN{Value: "8"}}, nil
 	})

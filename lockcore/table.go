@@ -26,6 +26,7 @@ var _ TableAdmin = (*dynamodb.Client)(nil)
 type TableOption func(*tableConfig) error
 
 type tableConfig struct {
+	names    TableAttributes
 	stream   bool
 	wait     time.Duration
 	tags     []types.Tag
@@ -71,7 +72,8 @@ func WithCreateTimeout(d time.Duration) TableOption {
 }
 
 // CreateLockTable creates a lock table for Mutex, TicketLock and Queue: string keys "pk"
-// (hash) and "sk" (range), on-demand capacity, and TTL on "expiresAt". It waits until the
+// (hash) and "sk" (range), on-demand capacity, and TTL on "expiresAt" (other names with
+// WithAttributes, the clients' WithTableAttributes). It waits until the
 // table is active and TTL is on. A table that already exists with that key schema is
 // accepted as it is (TTL is still turned on); one with another schema is an error.
 //
@@ -96,7 +98,7 @@ func CreateLockTable(ctx context.Context, db TableAdmin, name string, opts ...Ta
 	if name == "" {
 		return invalidOption("table", "must not be empty")
 	}
-	cfg := &tableConfig{wait: 5 * time.Minute}
+	cfg := &tableConfig{names: DefaultTableAttributes, wait: 5 * time.Minute}
 	for _, o := range opts {
 		if o == nil {
 			continue
@@ -108,12 +110,12 @@ func CreateLockTable(ctx context.Context, db TableAdmin, name string, opts ...Ta
 	in := &dynamodb.CreateTableInput{
 		TableName: aws.String(name),
 		AttributeDefinitions: []types.AttributeDefinition{
-			{AttributeName: aws.String(attrPK), AttributeType: types.ScalarAttributeTypeS},
-			{AttributeName: aws.String(attrSK), AttributeType: types.ScalarAttributeTypeS},
+			{AttributeName: aws.String(cfg.names.PartitionKey), AttributeType: types.ScalarAttributeTypeS},
+			{AttributeName: aws.String(cfg.names.SortKey), AttributeType: types.ScalarAttributeTypeS},
 		},
 		KeySchema: []types.KeySchemaElement{
-			{AttributeName: aws.String(attrPK), KeyType: types.KeyTypeHash},
-			{AttributeName: aws.String(attrSK), KeyType: types.KeyTypeRange},
+			{AttributeName: aws.String(cfg.names.PartitionKey), KeyType: types.KeyTypeHash},
+			{AttributeName: aws.String(cfg.names.SortKey), KeyType: types.KeyTypeRange},
 		},
 		BillingMode: types.BillingModePayPerRequest,
 		Tags:        cfg.tags,
@@ -136,7 +138,7 @@ func CreateLockTable(ctx context.Context, db TableAdmin, name string, opts ...Ta
 		if err != nil {
 			return fmt.Errorf("lockcore: create lock table %s: describe: %w", name, err)
 		}
-		if err := checkLockSchema(out.Table); err != nil {
+		if err := checkLockSchema(out.Table, cfg.names); err != nil {
 			return fmt.Errorf("lockcore: table %s exists but is no lock table: %w", name, err)
 		}
 		if out.Table.TableStatus == types.TableStatusActive {
@@ -148,22 +150,23 @@ func CreateLockTable(ctx context.Context, db TableAdmin, name string, opts ...Ta
 	}
 	_, err = db.UpdateTimeToLive(ctx, &dynamodb.UpdateTimeToLiveInput{
 		TableName:               aws.String(name),
-		TimeToLiveSpecification: &types.TimeToLiveSpecification{AttributeName: aws.String(attrExpiresAt), Enabled: aws.Bool(true)},
+		TimeToLiveSpecification: &types.TimeToLiveSpecification{AttributeName: aws.String(cfg.names.TTL), Enabled: aws.Bool(true)},
 	})
 	if err != nil && !isTTLAlreadyOn(err) {
-		return fmt.Errorf("lockcore: create lock table %s: enable TTL on %s: %w", name, attrExpiresAt, err)
+		return fmt.Errorf("lockcore: create lock table %s: enable TTL on %s: %w", name, cfg.names.TTL, err)
 	}
 	return nil
 }
 
-func checkLockSchema(t *types.TableDescription) error {
-	want := map[string]types.KeyType{attrPK: types.KeyTypeHash, attrSK: types.KeyTypeRange}
+func checkLockSchema(t *types.TableDescription, names TableAttributes) error {
+	pk, sk := names.PartitionKey, names.SortKey
+	want := map[string]types.KeyType{pk: types.KeyTypeHash, sk: types.KeyTypeRange}
 	if t == nil || len(t.KeySchema) != len(want) {
-		return fmt.Errorf("want keys %s (hash) and %s (range)", attrPK, attrSK)
+		return fmt.Errorf("want keys %s (hash) and %s (range)", pk, sk)
 	}
 	for _, k := range t.KeySchema {
 		if want[aws.ToString(k.AttributeName)] != k.KeyType {
-			return fmt.Errorf("want keys %s (hash) and %s (range), found %s (%s)", attrPK, attrSK, aws.ToString(k.AttributeName), k.KeyType)
+			return fmt.Errorf("want keys %s (hash) and %s (range), found %s (%s)", pk, sk, aws.ToString(k.AttributeName), k.KeyType)
 		}
 	}
 	for _, d := range t.AttributeDefinitions {

@@ -171,7 +171,7 @@ func parseQueueRow(it item, counter string, offset int64, wattr string) ticketRo
 }
 
 func (t *TicketLock) keyOf(key, ns string) item {
-	return item{attrPK: s(key), attrSK: s(ns + ticketSuffix)}
+	return item{t.cfg.names.PartitionKey: s(key), t.cfg.names.SortKey: s(ns + ticketSuffix)}
 }
 
 func (t *TicketLock) validate(key, ns string) error {
@@ -281,7 +281,7 @@ func noWait(p WaitPolicy) bool { return !p.forever && p.max == 0 }
 // take issues a ticket. It returns the row as the issuing update left it and the send
 // time of the first request that may have issued it.
 func (t *TicketLock) take(ctx context.Context, key string, ac *acquireConfig, start time.Time) (_ *ticketHold, _ ticketRow, _ time.Time, retErr error) {
-	h := &ticketHold{t: t, key: key, ns: ac.namespace, life: randomHex(8), wattr: waiterPrefix + compactID(), lease: ac.lease}
+	h := &ticketHold{t: t, key: key, ns: ac.namespace, life: randomHex(8), wattr: waiterPrefix + t.entryID(), lease: ac.lease}
 	leaseMs := ac.lease.Milliseconds()
 	bo := backoff{base: t.cfg.backoffBase, cap: t.cfg.backoffCap}
 	var first time.Time
@@ -311,7 +311,7 @@ func (t *TicketLock) take(ctx context.Context, key string, ac *acquireConfig, st
 			Set(name(attrRev), expression.IfNotExists(name(attrRev), value(0))).
 			Set(name(attrLife), expression.IfNotExists(name(attrLife), value(h.life))).
 			Set(name(attrLeaseMs), value(leaseMs)).
-			Set(name(attrExpiresAt), value(t.expiry(now, ac.lease)))
+			Set(name(t.cfg.names.TTL), value(t.expiry(now, ac.lease)))
 		e := expr(expression.NewBuilder().WithCondition(cond).WithUpdate(upd))
 		if first.IsZero() {
 			first = now
@@ -334,15 +334,24 @@ func (t *TicketLock) take(ctx context.Context, key string, ac *acquireConfig, st
 				}
 			}
 			row := parseTicketRow(old, h.wattr)
-			if row.ownEntry { // an earlier, ambiguous attempt of ours landed
+			_, tomb := row.tombs[h.wattr]
+			switch {
+			case row.ownEntry && uncertain: // an earlier, ambiguous attempt of ours landed
 				h.ticket, h.life = row.ownTicket, row.life
 				h.gc = row.oldTombs(now)
 				h.tomb = true
 				return h, row, first, nil
-			}
-			if _, gone := row.tombs[h.wattr]; gone {
-				// Cannot happen: only this call writes the tombstone, after its last try.
-				return nil, ticketRow{}, time.Time{}, fmt.Errorf("lockcore: ticket lock %q: ticket request withdrawn", key)
+			case tomb && uncertain:
+				// An earlier, ambiguous attempt of ours landed and its ticket has ended
+				// since (withdrawn): every copy of it now fails, so take a ticket under a
+				// new id.
+				h.wattr, uncertain, first = waiterPrefix+t.entryID(), false, time.Time{}
+				continue
+			case row.ownEntry || tomb:
+				// Another acquisition's entry (or its tombstone) under our random id: it
+				// is not ours, whatever its ticket. Draw another id, as the Mutex does.
+				h.wattr = waiterPrefix + t.entryID()
+				continue
 			}
 			// Only withdrawn tickets left to serve: nobody holds or waits (the lease may
 			// change then, and a NoWait take may enter). Skip them and try again.
@@ -398,12 +407,16 @@ func (t *TicketLock) skip(ctx context.Context, key, ns string, row ticketRow, wa
 		expression.Equal(name(attrServing), value(row.serving)),
 		expression.Equal(name(attrRev), value(row.rev)),
 		expression.Equal(name(attrLife), value(row.life)))
+	now := t.cfg.clock.Now()
 	upd := expression.Set(name(attrServing), value(row.serving+1)).
 		Set(name(attrSkip), value(row.serving)).
-		Set(name(attrExpiresAt), value(t.expiry(t.cfg.clock.Now(), time.Duration(row.leaseMs)*time.Millisecond))).
+		Set(name(t.cfg.names.TTL), value(t.expiry(now, time.Duration(row.leaseMs)*time.Millisecond))).
 		Add(name(attrRev), value(1))
 	if wattr != "" {
-		upd = upd.Remove(name(wattr))
+		// A tombstone, not a removal: the skipped ticket may have come from a retried,
+		// ambiguous take whose late copy could otherwise still land and issue a ticket
+		// nobody holds (the Mutex's skip does the same).
+		upd = endEntry(upd, wattr, true, now)
 	}
 	e := expr(expression.NewBuilder().WithCondition(cond).WithUpdate(upd))
 	_, err := t.db.UpdateItem(ctx, conditionalUpdate(t.table, t.keyOf(key, ns), e, types.ReturnValueNone), noSDKRetry)
@@ -603,7 +616,7 @@ func (t *TicketLock) withdraw(ctx context.Context, h *ticketHold) {
 			expression.AttributeExists(name(h.wattr)))).
 		// The TTL from the lock's lease (the holder's too), not this client's default: a
 		// shorter one could let TTL remove the row under a live holder.
-		WithUpdate(endEntry(expression.Set(name(attrExpiresAt), value(t.expiry(t.cfg.clock.Now(), h.lease))), h.wattr, h.tomb, t.cfg.clock.Now())))
+		WithUpdate(endEntry(expression.Set(name(t.cfg.names.TTL), value(t.expiry(t.cfg.clock.Now(), h.lease))), h.wattr, h.tomb, t.cfg.clock.Now())))
 	// Keep trying while the detached context lasts (5 s): a waiter cut off from DynamoDB
 	// for longer leaves its ticket behind, and it is skipped after a lease.
 	bo := backoff{base: 50 * time.Millisecond, cap: 500 * time.Millisecond}
@@ -668,7 +681,7 @@ func (t *TicketLock) withdrawUnknown(ctx context.Context, key, ns string, h *tic
 		// A row in use keeps its TTL (its lease may not be ours: the request may have
 		// failed on that); a row this creates gets one, so that TTL removes it.
 		WithUpdate(expression.Set(name(h.wattr), value(tombstone(now))).
-			Set(name(attrExpiresAt), expression.IfNotExists(name(attrExpiresAt), value(t.expiry(now, h.lease))))))
+			Set(name(t.cfg.names.TTL), expression.IfNotExists(name(t.cfg.names.TTL), value(t.expiry(now, h.lease))))))
 	bo := backoff{base: 50 * time.Millisecond, cap: 500 * time.Millisecond}
 	for { // while rctx lasts (5 s), as withdraw
 		_, err := t.db.UpdateItem(rctx, conditionalUpdate(t.table, t.keyOf(key, ns), e, types.ReturnValueNone), noSDKRetry)
@@ -703,7 +716,7 @@ func (t *TicketLock) withdrawUnknown(ctx context.Context, key, ns string, h *tic
 // startEpoch gives the row a fence epoch, for a holder that found none (the row's first
 // life, or the first after TTL deleted it).
 func (t *TicketLock) startEpoch(ctx context.Context, h *ticketHold) (int64, error) {
-	epoch, err := takeEpoch(ctx, t.db, t.table, h.key, backoff{base: t.cfg.backoffBase, cap: t.cfg.backoffCap})
+	epoch, err := takeEpoch(ctx, t.db, t.table, t.cfg.names, h.key, backoff{base: t.cfg.backoffBase, cap: t.cfg.backoffCap})
 	if err != nil {
 		return 0, err
 	}
@@ -800,7 +813,7 @@ func (h *ticketHold) renew(ctx context.Context, l *Lease) error {
 	for {
 		e := expr(expression.NewBuilder().WithCondition(h.ours()).WithUpdate(
 			expression.Add(name(attrRev), value(1)).
-				Set(name(attrExpiresAt), value(t.expiry(t.cfg.clock.Now(), l.duration)))))
+				Set(name(h.t.cfg.names.TTL), value(t.expiry(t.cfg.clock.Now(), l.duration)))))
 		out, err := t.db.UpdateItem(ctx, conditionalUpdate(t.table, t.keyOf(h.key, h.ns), e, types.ReturnValueNone), noSDKRetry)
 		switch {
 		case err == nil:
@@ -830,7 +843,7 @@ func (h *ticketHold) release(ctx context.Context, l *Lease) error {
 	for {
 		upd := endEntry(expression.Set(name(attrServing), value(h.ticket+1)).
 			Set(name(attrRel), value(h.ticket)).
-			Set(name(attrExpiresAt), value(t.expiry(t.cfg.clock.Now(), l.duration))).
+			Set(name(h.t.cfg.names.TTL), value(t.expiry(t.cfg.clock.Now(), l.duration))).
 			Add(name(attrRev), value(1)), h.wattr, h.tomb, t.cfg.clock.Now())
 		for _, tomb := range h.gc {
 			upd = upd.Remove(name(tomb))
@@ -873,6 +886,14 @@ func (h *ticketHold) release(ctx context.Context, l *Lease) error {
 // unfinished ticket keeps an entry in the row, and DynamoDB charges a write one WCU per
 // started KB of the item: with 8-character ids a row stays under 1 KB with about 64
 // waiters (12-character hex ids passed it at about 50, doubling every write's cost).
+// entryID draws a ticket entry's id (a test may draw them: WithEntryIDs).
+func (t *TicketLock) entryID() string {
+	if f := t.cfg.hooks.entryID; f != nil {
+		return f()
+	}
+	return compactID()
+}
+
 func compactID() string {
 	b := make([]byte, 6)
 	_, _ = rand.Read(b)

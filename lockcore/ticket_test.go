@@ -620,3 +620,90 @@ func TestTicketOptions(t *testing.T) {
 	_, err = tl.Acquire(ctx, "k", lockcore.Namespace(strings.Repeat("n", lockcore.MaxSortKeyBytes)))
 	mustNot(t, err, lockcore.ErrInvalidKey)
 }
+
+// TestTicketTakeCollidingEntryIDIsNotOurs: a take whose random entry id is already on the
+// row (another waiter's entry, or a tombstone) draws another id. It used to take any entry
+// under its id for its own earlier, ambiguous attempt — two clients sharing one ticket,
+// two holders — and to fail on a tombstone ("ticket request withdrawn"). The Mutex and the
+// ItemLocker already drew a new id.
+func TestTicketTakeCollidingEntryIDIsNotOurs(t *testing.T) {
+	e := newEnv(t)
+	ctx := ctxT(t, time.Minute)
+	a, _ := lockcore.NewTicketLock(e.db, e.locks, fast("a", lockcore.WithEntryIDs("SAMEid01"))...)
+	b, _ := lockcore.NewTicketLock(e.db, e.locks, fast("b", lockcore.WithEntryIDs("SAMEid01"))...)
+	la, err := a.Acquire(ctx, "collide")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// b's first id is a's live entry: b must queue behind a, not hold a's ticket.
+	if _, err := b.Acquire(ctx, "collide", lockcore.NoWait()); !errors.Is(err, lockcore.ErrLockHeld) {
+		t.Fatalf("b with a's entry id: %v, want ErrLockHeld (b must not take a's ticket for its own)", err)
+	}
+	if err := la.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// A withdrawn entry's tombstone under the id a new take draws: the take goes on.
+	w, _ := lockcore.NewTicketLock(e.db, e.locks, fast("w", lockcore.WithEntryIDs("TOMBid01"))...)
+	h, _ := lockcore.NewTicketLock(e.db, e.locks, fast("h")...)
+	lh, err := h.Acquire(ctx, "collide-tomb")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.Acquire(ctx, "collide-tomb", lockcore.WaitUpTo(200*time.Millisecond)); !errors.Is(err, lockcore.ErrWaitTimeout) {
+		t.Fatalf("w: %v, want ErrWaitTimeout", err)
+	}
+	c, _ := lockcore.NewTicketLock(e.db, e.locks, fast("c", lockcore.WithEntryIDs("TOMBid01"))...)
+	if err := lh.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	lc, err := c.Acquire(ctx, "collide-tomb", lockcore.WaitUpTo(5*time.Second))
+	if err != nil {
+		t.Fatalf("c, whose first id is a withdrawn entry's: %v", err)
+	}
+	_ = lc.Release(ctx)
+}
+
+// isTicketTake matches a TicketLock's take (the update that issues a ticket).
+func isTicketTake(in *dynamodb.UpdateItemInput) bool {
+	hasNext, hasLease := false, false
+	for _, n := range in.ExpressionAttributeNames {
+		hasNext = hasNext || n == "next"
+		hasLease = hasLease || n == "leaseMs"
+	}
+	return hasNext && hasLease && in.ReturnValues == "ALL_NEW"
+}
+
+// TestTicketSkipLeavesTombstoneForLateTake: a's take is retried after an ambiguous error
+// (its first request held back) and the retry lands; a then stops heartbeating and b skips
+// it after a lease. The skip removed a's entry, so the late copy of a's first take could
+// still land and issue a ticket nobody holds: the next caller waited a whole lease for it.
+// The skip now leaves a tombstone (as the Mutex's does), and the late copy fails.
+func TestTicketSkipLeavesTombstoneForLateTake(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ctx := ctxT(t, 30*time.Second)
+	lw := &lateWrite{DynamoDB: e.db, match: isTicketTake, armed: true}
+	a, err := lockcore.NewTicketLock(lw, e.locks, fast("a")...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := lockcore.NewTicketLock(e.db, e.locks, fast("b")...)
+	actx, stop := context.WithCancel(ctx)
+	if _, err := a.Acquire(actx, "k"); err != nil {
+		t.Fatal(err)
+	}
+	stop() // a's heartbeat ends with its context: a stalls
+	if lw.held == nil {
+		t.Fatal("no take held back")
+	}
+	lb, err := b.Acquire(ctx, "k") // skips a, stalled, after its lease
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := lb.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := lw.release(ctx); err == nil {
+		t.Error("the late copy of a's take issued a ticket under a's entry id")
+	}
+}

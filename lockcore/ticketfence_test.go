@@ -43,7 +43,7 @@ func TestVersionedAmbiguousThenThrottledBounded(t *testing.T) {
 		t.Fatal(err)
 	}
 	f := &resetThenThrottledPuts{DynamoDB: e.db}
-	v, _ := lockcore.NewVersioned(f, e.data, fast("v", lockcore.MaxAttempts(3))...)
+	v, _ := lockcore.NewVersioned(f, e.data, fast("v", lockcore.WithMaxAttempts(3))...)
 	merges := 0
 	_, _, err := v.Update(ctx, dataKey("x"), func(map[string]types.AttributeValue) (map[string]types.AttributeValue, error) {
 		merges++
@@ -92,7 +92,7 @@ func TestVersionedAmbiguousThenConflictsBounded(t *testing.T) {
 	next := 5
 	f := &resetThenBumped{DynamoDB: e.db}
 	f.bump = func() { next++; seed(strconv.Itoa(next)) }
-	v, _ := lockcore.NewVersioned(f, e.data, fast("v", lockcore.MaxAttempts(2))...)
+	v, _ := lockcore.NewVersioned(f, e.data, fast("v", lockcore.WithMaxAttempts(2))...)
 	merges := 0
 	_, _, err := v.Update(ctx, dataKey("x"), func(map[string]types.AttributeValue) (map[string]types.AttributeValue, error) {
 		merges++
@@ -128,7 +128,7 @@ func TestVersionedRefusesUnusableVersion(t *testing.T) {
 		if _, err := e.db.PutItem(ctx, &dynamodb.PutItemInput{TableName: aws.String(e.data), Item: it}); err != nil {
 			t.Fatal(err)
 		}
-		v, _ := lockcore.NewVersioned(e.db, e.data, fast("v", lockcore.MaxAttempts(3))...)
+		v, _ := lockcore.NewVersioned(e.db, e.data, fast("v", lockcore.WithMaxAttempts(3))...)
 		merges := 0
 		_, ver, err := v.Update(ctx, k, func(map[string]types.AttributeValue) (map[string]types.AttributeValue, error) {
 			merges++

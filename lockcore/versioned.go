@@ -31,8 +31,13 @@ type Versioned struct {
 
 const versionWriterAttr = "versionWriter"
 
-// VersionAttribute names a Versioned store's version attribute (default "version").
+// WithVersionAttribute names a Versioned store's version attribute (default "version").
 // Other strategies refuse it.
+func WithVersionAttribute(n string) Option { return VersionAttribute(n) }
+
+// VersionAttribute is WithVersionAttribute.
+//
+// Deprecated: client options are named With...; use WithVersionAttribute.
 func VersionAttribute(n string) Option {
 	return func(c *config) error {
 		c.only("versionAttribute", StrategyVersioned)
@@ -47,8 +52,13 @@ func VersionAttribute(n string) Option {
 	}
 }
 
-// MaxAttempts bounds the read-merge-write attempts of one Versioned.Update (default 10).
-// Other strategies refuse it.
+// WithMaxAttempts bounds the read-merge-write attempts of one Versioned.Update (default
+// 10). Other strategies refuse it.
+func WithMaxAttempts(k int) Option { return MaxAttempts(k) }
+
+// MaxAttempts is WithMaxAttempts.
+//
+// Deprecated: client options are named With...; use WithMaxAttempts.
 func MaxAttempts(k int) Option {
 	return func(c *config) error {
 		c.only("maxAttempts", StrategyVersioned)

@@ -80,6 +80,8 @@ func TestInvokeEndToEnd(t *testing.T) {
 					"AWS_LAMBDA_LOG_FORMAT":           "JSON",
 					"AWS_LAMBDA_LOG_LEVEL":            "INFO",
 					"AWS_LAMBDA_FUNCTION_MEMORY_SIZE": "256",
+					// The template declares it empty; invoke sets its engine's.
+					"DYNAMODB_ENDPOINT": testenv.Endpoint(),
 				}
 				for k, v := range want {
 					if r.Env[k] != v {
@@ -153,7 +155,7 @@ func TestInvokeSetupErrors(t *testing.T) {
 		{"unknown function", "NopeFunction", good, "", "no such resource"},
 		{"not a function", "LockTable", good, "", "resource type"},
 		{"missing event", "JanitorFunction", filepath.Join(t.TempDir(), "none.json"), "", "reading the event"},
-		{"invalid event", "JanitorFunction", bad, "", "not valid JSON"},
+		{"invalid event", "JanitorFunction", bad, "", "not valid JSON: line 1, column 12: unexpected end of JSON input"},
 		{"missing package", "JanitorFunction", good, "functions/does-not-exist", "does not exist"},
 	}
 	for _, tt := range tests {
@@ -198,6 +200,12 @@ func TestFakeSQSSpeaksTheSDKProtocol(t *testing.T) {
 	other := f.URL() + "/123456789012/unknown"
 	if _, err := client.SendMessage(ctx, &sqs.SendMessageInput{QueueUrl: &other, MessageBody: aws.String("x")}); err == nil || !strings.Contains(err.Error(), "QueueDoesNotExist") {
 		t.Errorf("send to an unknown queue: %v", err)
+	}
+	if _, err := client.ChangeMessageVisibility(ctx, &sqs.ChangeMessageVisibilityInput{QueueUrl: &url, ReceiptHandle: aws.String("rh-1"), VisibilityTimeout: 2}); err != nil {
+		t.Errorf("ChangeMessageVisibility: %v", err)
+	}
+	if vc := f.visibilityChanges(); len(vc) != 1 || vc[0].ReceiptHandle != "rh-1" || vc[0].VisibilityTimeout != 2 {
+		t.Errorf("visibility changes = %+v", vc)
 	}
 	msgs := f.messages()
 	if len(msgs) != 3 || msgs[0].Body != `{"orderId":"ord-1"}` || msgs[2].Body != "two" {
@@ -262,17 +270,26 @@ func TestInvokeRefusesEventOfAnotherTrigger(t *testing.T) {
 			t.Errorf("%s %s: code %d, err %v; want a refusal containing %q", tt.fn, filepath.Base(tt.event), code, err, tt.want)
 		}
 	}
-	// Every event file of the repository passes for the function it was made for.
-	for fn, files := range map[string][]string{
+	// Every event file of the repository passes for the function it was made for, and every
+	// file of events/ is either such an event or one of the other inputs of a local
+	// invocation: a new event file must say which function it is for here.
+	forFunction := map[string][]string{
 		"OrderProcessorFunction":   {"sqs-order.json", "sqs-order-batch.json", "sqs-order-duplicate.json", "sqs-order-malformed.json"},
 		"InventoryUpdaterFunction": {"eventbridge-stock-adjusted.json", "eventbridge-stock-adjusted-malformed.json"},
 		"JanitorFunction":          {"dynamodb-ttl-remove.json", "dynamodb-user-remove.json", "scheduled-sweep.json"},
-	} {
+	}
+	notEvents := map[string]string{
+		"seed-inventory.json": "SEED / -seed / -tables -seed",
+		"env.docker.json":     "sam local invoke --env-vars (TestDockerEnvVarsFile)",
+	}
+	listed := map[string]bool{}
+	for fn, files := range forFunction {
 		f, err := stack.LookupFunction(tpl, fn)
 		if err != nil {
 			t.Fatal(err)
 		}
 		for _, name := range files {
+			listed[name] = true
 			b, err := os.ReadFile(ev(name))
 			if err != nil {
 				t.Fatal(err)
@@ -282,6 +299,33 @@ func TestInvokeRefusesEventOfAnotherTrigger(t *testing.T) {
 			}
 		}
 	}
+	all, err := filepath.Glob(ev("*.json"))
+	if err != nil || len(all) == 0 {
+		t.Fatalf("no event files: %v", err)
+	}
+	for _, file := range all {
+		name := filepath.Base(file)
+		if !listed[name] && notEvents[name] == "" {
+			t.Errorf("events/%s: not listed for any function (add it to forFunction, or to notEvents if it is no event)", name)
+		}
+		if err := checkJSON(mustRead(t, file)); err != nil {
+			t.Errorf("events/%s: %v", name, err)
+		}
+	}
+	for name := range notEvents {
+		if _, err := os.Stat(ev(name)); err != nil {
+			t.Errorf("notEvents lists %s: %v", name, err)
+		}
+	}
+}
+
+func mustRead(t *testing.T, path string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
 }
 
 func TestSuggestFunction(t *testing.T) {
@@ -333,7 +377,7 @@ func TestInvokeSeedEnvVarsAndLogLevel(t *testing.T) {
 	stage := "t" + randomHex(6)
 	t.Cleanup(func() { deleteTables(t, tpl, stage) })
 	envFile := filepath.Join(t.TempDir(), "env.json")
-	_ = os.WriteFile(envFile, []byte(`{"OrderProcessorFunction":{"INVENTORY_TABLE":"turnstile-`+stage+`-inventory","UNDECLARED":"x"}}`), 0o644)
+	_ = os.WriteFile(envFile, []byte(`{"OrderProcessorFunction":{"INVENTORY_TABLE":"turnstile-`+stage+`-inventory","UNDECLARED":"x","DYNAMODB_ENDPOINT":"http://dynamodb-local:8000"}}`), 0o644)
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	var stdout, stderr bytes.Buffer
@@ -347,7 +391,9 @@ func TestInvokeSeedEnvVarsAndLogLevel(t *testing.T) {
 		t.Errorf("stdout = %q, want the response and a trailing newline", got)
 	}
 	for _, s := range []string{"invoke: seeded MUG-RED-350: 40 available", `"status":"RESERVED"`,
-		"env-vars: OrderProcessorFunction.UNDECLARED ignored"} {
+		"env-vars: OrderProcessorFunction.UNDECLARED ignored",
+		"env-vars: DYNAMODB_ENDPOINT=http://dynamodb-local:8000 ignored: the function uses the engine invoke set up, " + testenv.Endpoint(),
+		"invoke: building OrderProcessorFunction from ./functions/orderprocessor"} {
 		if !strings.Contains(stderr.String(), s) {
 			t.Errorf("stderr lacks %q:\n%s", s, stderr.String())
 		}

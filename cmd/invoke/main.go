@@ -25,6 +25,11 @@
 //
 // With a fresh engine the tables start empty and vanish afterwards (use -seed); start one
 // with `make engine` and export DYNAMODB_ENDPOINT to keep state between invocations.
+//
+// -tables only creates the tables (and applies -seed) at DYNAMODB_ENDPOINT and exits: the
+// set-up step of `sam local invoke` with DynamoDB Local in Docker (docs/local-invoke.md).
+//
+// The first run prints what it does while it builds: compiling the AWS SDK takes minutes.
 package main
 
 import (
@@ -68,6 +73,7 @@ type config struct {
 	envVars          string // sam local invoke --env-vars file
 	logLevel         string // overrides the template's LoggingConfig.ApplicationLogLevel
 	seed             string // seed file (events/seed-inventory.json) applied before invoking
+	tablesOnly       bool   // create the tables (and apply seed) at DYNAMODB_ENDPOINT, invoke nothing
 }
 
 func main() {
@@ -81,12 +87,18 @@ func main() {
 	flag.StringVar(&c.envVars, "env-vars", "", `JSON file of environment overrides, as for sam local invoke: {"FunctionLogicalId": {"VAR": "value"}, "Parameters": {...}}`)
 	flag.StringVar(&c.logLevel, "log-level", "", "the function's log level: DEBUG, INFO, WARN or ERROR (default: the template's)")
 	flag.StringVar(&c.seed, "seed", "", `seed file applied to the tables before invoking, e.g. events/seed-inventory.json ({"inventory": [{"sku": ..., "available": n}]})`)
+	flag.BoolVar(&c.tablesOnly, "tables", false, "only create the template's tables (named for -stage) at DYNAMODB_ENDPOINT and apply -seed, then exit: the tables sam local invoke uses (docs/local-invoke.md)")
 	flag.Usage = func() {
-		fmt.Fprintf(flag.CommandLine.Output(), "usage: invoke -fn <LogicalId> -event <file.json> [flags]\n")
+		fmt.Fprintf(flag.CommandLine.Output(), "usage: invoke -fn <LogicalId> -event <file.json> [flags]\n       invoke -tables [-seed <file.json>] [-stage <stage>]\n")
 		flag.PrintDefaults()
 	}
 	flag.Parse()
-	if c.fn == "" || c.event == "" || flag.NArg() > 0 {
+	if c.tablesOnly {
+		if c.fn != "" || c.event != "" || flag.NArg() > 0 {
+			flag.Usage()
+			os.Exit(exitSetup)
+		}
+	} else if c.fn == "" || c.event == "" || flag.NArg() > 0 {
 		flag.Usage()
 		os.Exit(exitSetup)
 	}
@@ -104,11 +116,47 @@ func run(ctx context.Context, c config, stdout, stderr io.Writer) (int, error) {
 	if err != nil {
 		return exitSetup, err
 	}
+	if c.tablesOnly {
+		return setupTables(ctx, c, tpl, stderr)
+	}
 	root, err := template.FindRoot()
 	if err != nil {
 		return exitSetup, err
 	}
 	return invoke(ctx, c, tpl, root, "", stdout, stderr)
+}
+
+// setupTables creates the template's tables, named for c.stage, at DYNAMODB_ENDPOINT unless
+// they exist, and applies c.seed: the local stack that functions run by sam local invoke use
+// (events/env.docker.json names these tables for stage "local").
+func setupTables(ctx context.Context, c config, tpl *template.Template, stderr io.Writer) (int, error) {
+	endpoint := os.Getenv(ddblocal.EnvEndpoint)
+	if endpoint == "" {
+		return exitSetup, errors.New("-tables needs DYNAMODB_ENDPOINT, the engine to create the tables in (one started here would stop, tables and all, when invoke exits)")
+	}
+	local := stack.Local{Parameters: map[string]string{"Stage": c.stage}, Region: region, AccountID: accountID, StreamArns: map[string]string{}}
+	vals, err := local.Values(tpl)
+	if err != nil {
+		return exitSetup, err
+	}
+	if err := createTables(ctx, tpl, vals, endpoint, local.StreamArns, stderr); err != nil {
+		return exitSetup, err
+	}
+	if c.seed != "" {
+		if err := seed(ctx, c.seed, endpoint, vals, stderr); err != nil {
+			return exitSetup, err
+		}
+	}
+	specs, err := tpl.Tables()
+	if err != nil {
+		return exitSetup, err
+	}
+	names := make([]string, 0, len(specs))
+	for _, spec := range specs {
+		names = append(names, vals.Refs[spec.LogicalID])
+	}
+	fmt.Fprintf(stderr, "invoke: tables ready at %s: %s\n", endpoint, strings.Join(names, ", "))
+	return 0, nil
 }
 
 // invoke runs function c.fn of tpl; pkg overrides the function's main package (relative to
@@ -153,7 +201,8 @@ func invoke(ctx context.Context, c config, tpl *template.Template, root, pkg str
 	}
 	defer os.RemoveAll(tmp)
 	bin := filepath.Join(tmp, "bootstrap")
-	if err := build(ctx, root, pkg, bin, stderr); err != nil {
+	fmt.Fprintf(stderr, "invoke: building %s from ./%s for this machine\n", c.fn, pkg)
+	if err := build(ctx, root, pkg, bin, stderr, slowBuildNotice); err != nil {
 		return exitSetup, err
 	}
 
@@ -165,7 +214,7 @@ func invoke(ctx context.Context, c config, tpl *template.Template, root, pkg str
 
 	endpoint := os.Getenv(ddblocal.EnvEndpoint)
 	if endpoint == "" {
-		fmt.Fprintln(stderr, "invoke: starting DynamoDB Local (set DYNAMODB_ENDPOINT to reuse a running engine)")
+		fmt.Fprintln(stderr, "invoke: starting DynamoDB Local (the first run fetches it with Maven; set DYNAMODB_ENDPOINT to reuse a running engine)")
 		eng, err := ddblocal.Start(ctx, ddblocal.Options{})
 		if err != nil {
 			return exitSetup, fmt.Errorf("starting DynamoDB Local: %w", err)
@@ -213,6 +262,14 @@ func invoke(ctx context.Context, c config, tpl *template.Template, root, pkg str
 			fmt.Fprintf(stderr, "invoke: env-vars: %s ignored: %s declares no such variable (as with sam local invoke)\n", k, c.fn)
 		}
 	}
+	// DYNAMODB_ENDPOINT is invoke's to set: the engine it created the tables in. The template
+	// declares it empty (so that sam local invoke --env-vars can set it); an env-vars file's
+	// value, such as events/env.docker.json's name on a Docker network, is not used here.
+	if v := env[ddblocal.EnvEndpoint]; v != "" && v != endpoint {
+		fmt.Fprintf(stderr, "invoke: env-vars: %s=%s ignored: the function uses the engine invoke set up, %s (set DYNAMODB_ENDPOINT in the shell to choose the engine)\n",
+			ddblocal.EnvEndpoint, v, endpoint)
+	}
+	delete(env, ddblocal.EnvEndpoint)
 	if c.seed != "" {
 		if err := seed(ctx, c.seed, endpoint, vals, stderr); err != nil {
 			return exitSetup, err
@@ -257,6 +314,17 @@ func invoke(ctx context.Context, c config, tpl *template.Template, root, pkg str
 	if err != nil {
 		return exitSetup, err
 	}
+	if vc := sqs.visibilityChanges(); len(vc) > 0 {
+		lo, hi := vc[0].VisibilityTimeout, vc[0].VisibilityTimeout
+		for _, c := range vc {
+			lo, hi = min(lo, c.VisibilityTimeout), max(hi, c.VisibilityTimeout)
+		}
+		span := fmt.Sprintf("%d s", lo)
+		if hi != lo {
+			span = fmt.Sprintf("%d-%d s", lo, hi)
+		}
+		fmt.Fprintf(stderr, "invoke: visibility of %d returned message(s) set to %s (ChangeMessageVisibility, recorded by the SQS stand-in): SQS would deliver them again then\n", len(vc), span)
+	}
 	report := fmt.Sprintf("REPORT RequestId: %s Duration: %.2f ms Init Duration: %.2f ms Memory Size: %d MB",
 		res.RequestID, ms(res.Duration), ms(res.InitDuration), opts.MemoryMB)
 	if n := len(sqs.messages()); n > 0 {
@@ -288,21 +356,74 @@ func readEvent(path string) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("reading the event: %w", err)
 	}
-	if !json.Valid(data) {
-		return nil, fmt.Errorf("event %s is not valid JSON", path)
+	if err := checkJSON(data); err != nil {
+		return nil, fmt.Errorf("event %s is not valid JSON: %w", path, err)
 	}
 	return data, nil
 }
 
+// checkJSON returns nil for one valid JSON value, else an error naming the line and column
+// (1-based, columns in bytes) where the parser stopped, e.g. "line 7, column 12: invalid
+// character '}' looking for beginning of object key string".
+func checkJSON(data []byte) error {
+	if json.Valid(data) {
+		return nil
+	}
+	var v any
+	err := json.Unmarshal(data, &v)
+	var syn *json.SyntaxError
+	switch {
+	case errors.As(err, &syn):
+		line, col := lineCol(data, syn.Offset)
+		return fmt.Errorf("line %d, column %d: %v", line, col, syn)
+	case err != nil:
+		return err
+	}
+	return errors.New("not one JSON value")
+}
+
+// lineCol converts a byte offset of data (json.SyntaxError.Offset: the bytes read before the
+// error, so the offending byte is the last of them) into a 1-based line and column.
+func lineCol(data []byte, offset int64) (line, col int) {
+	if offset > int64(len(data)) {
+		offset = int64(len(data))
+	}
+	if offset > 0 {
+		offset-- // the offending byte itself
+	}
+	before := data[:offset]
+	line = bytes.Count(before, []byte("\n")) + 1
+	col = int(offset) - (bytes.LastIndexByte(before, '\n') + 1) + 1
+	return line, col
+}
+
+// slowBuildNotice is how long a build runs before invoke says why it takes so long.
+const slowBuildNotice = 10 * time.Second
+
 // build compiles the function for this machine (the Lambda build is GOOS=linux GOARCH=arm64;
 // here the binary runs on the host), with the same tags as the Makefile's build targets.
-func build(ctx context.Context, root, pkg, out string, stderr io.Writer) error {
+// A build still running after notice gets one line on stderr saying why: the first one
+// compiles the AWS SDK, which takes minutes, with no other output meanwhile.
+func build(ctx context.Context, root, pkg, out string, stderr io.Writer, notice time.Duration) error {
 	cmd := exec.CommandContext(ctx, "go", "build", "-tags", "lambda.norpc", "-trimpath", "-o", out, "./"+pkg)
 	cmd.Dir = root
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	var buf bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &buf, &buf
-	if err := cmd.Run(); err != nil {
+	done := make(chan struct{})
+	noticed := make(chan struct{})
+	go func() {
+		defer close(noticed)
+		select {
+		case <-done:
+		case <-time.After(notice):
+			fmt.Fprintf(stderr, "invoke: still building ./%s: the first build compiles the AWS SDK and takes a few minutes; later builds take seconds\n", pkg)
+		}
+	}()
+	err := cmd.Run()
+	close(done)
+	<-noticed // stderr is ours again
+	if err != nil {
 		_, _ = stderr.Write(buf.Bytes())
 		return fmt.Errorf("building ./%s: %w", pkg, err)
 	}

@@ -21,10 +21,19 @@ type sentMessage struct {
 	DelaySeconds int    `json:"delaySeconds,omitempty"`
 }
 
+// visibilityChange is one ChangeMessageVisibility a function made on a local queue.
+type visibilityChange struct {
+	QueueURL          string
+	ReceiptHandle     string
+	VisibilityTimeout int
+}
+
 // fakeSQS is a loopback stand-in for the SQS queues of the template: it accepts SendMessage,
-// SendMessageBatch, GetQueueUrl and GetQueueAttributes in the AWS JSON protocol the SDK
-// speaks, records the messages and reports each one. Functions reach it through
-// AWS_ENDPOINT_URL_SQS.
+// SendMessageBatch, GetQueueUrl, GetQueueAttributes and ChangeMessageVisibility (the order
+// processor shortens the visibility of the messages it returns) in the AWS JSON protocol the
+// SDK speaks, records the messages and reports each one; visibility changes are recorded
+// and summed up once after the invocation (see visibilityChanges). Functions reach it
+// through AWS_ENDPOINT_URL_SQS.
 type fakeSQS struct {
 	srv     *http.Server
 	ln      net.Listener
@@ -32,8 +41,9 @@ type fakeSQS struct {
 	queues  map[string]bool // known queue URLs
 	report  io.Writer
 
-	mu   sync.Mutex
-	sent []sentMessage
+	mu         sync.Mutex
+	sent       []sentMessage
+	visibility []visibilityChange
 }
 
 func startFakeSQS(account string, report io.Writer) (*fakeSQS, error) {
@@ -60,6 +70,12 @@ func (f *fakeSQS) messages() []sentMessage {
 	return append([]sentMessage(nil), f.sent...)
 }
 
+func (f *fakeSQS) visibilityChanges() []visibilityChange {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]visibilityChange(nil), f.visibility...)
+}
+
 type sendEntry struct {
 	ID           string `json:"Id"`
 	MessageBody  string
@@ -72,7 +88,9 @@ func (f *fakeSQS) serve(w http.ResponseWriter, r *http.Request) {
 		QueueURL  string `json:"QueueUrl"`
 		QueueName string
 		sendEntry
-		Entries []sendEntry
+		Entries           []sendEntry
+		ReceiptHandle     string
+		VisibilityTimeout int
 	}
 	if err := json.NewDecoder(r.Body).Decode(&in); err != nil {
 		sqsError(w, "InvalidParameterValue", "cannot decode request: "+err.Error())
@@ -102,6 +120,13 @@ func (f *fakeSQS) serve(w http.ResponseWriter, r *http.Request) {
 		reply(w, map[string]string{"QueueUrl": url})
 	case "GetQueueAttributes":
 		reply(w, map[string]any{"Attributes": map[string]string{}})
+	case "ChangeMessageVisibility":
+		// Any receipt handle is taken: the stand-in delivers nothing, and the event file's
+		// messages are the ones the function returns.
+		f.mu.Lock()
+		f.visibility = append(f.visibility, visibilityChange{QueueURL: in.QueueURL, ReceiptHandle: in.ReceiptHandle, VisibilityTimeout: in.VisibilityTimeout})
+		f.mu.Unlock()
+		reply(w, map[string]any{})
 	default:
 		sqsError(w, "UnsupportedOperation", "the local SQS stand-in does not implement "+op)
 	}

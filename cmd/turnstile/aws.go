@@ -18,6 +18,7 @@ import (
 	"github.com/aws/smithy-go"
 
 	"github.com/turnstile-locks/turnstile/internal/ddblocal"
+	"github.com/turnstile-locks/turnstile/lockcore"
 )
 
 // stackOutputLockTable is the template.yaml output naming the lock table.
@@ -61,8 +62,15 @@ func (c *cli) dynamo(ctx context.Context) (*dynamodb.Client, error) {
 	return c.db, nil
 }
 
-// The lock table's key schema, as messages name it.
-const lockKeySchema = "pk (HASH, string), sk (RANGE, string)"
+// lockKeySchema is the lock table's key schema as messages name it: "pk (HASH, string),
+// sk (RANGE, string)" unless --attributes names other keys.
+func (c *cli) lockKeySchema() string {
+	a, err := c.tableAttributes()
+	if err != nil {
+		a = lockcore.DefaultTableAttributes
+	}
+	return fmt.Sprintf("%s (HASH, string), %s (RANGE, string)", a.PartitionKey, a.SortKey)
+}
 
 // checkLockTable makes sure the lock table exists and has the lock table's keys, before
 // a listing: a Scan of a table with other keys does not fail, it only finds no locks
@@ -81,7 +89,7 @@ func (c *cli) checkLockTable(ctx context.Context, table string) error {
 	case err != nil:
 		return fmt.Errorf("table %s at %s: %w", table, c.where, err)
 	}
-	if keys := keySchema(t); keys != lockKeySchema {
+	if keys := keySchema(t); keys != c.lockKeySchema() {
 		return c.notLockTable(table, keys)
 	}
 	return nil
@@ -141,8 +149,9 @@ func (c *cli) notFound(table string) error {
 
 func (c *cli) notLockTable(table, keys string) error {
 	return fmt.Errorf("table %s at %s is not a lock table: its key schema is %s; a lock table's is %s\n"+
-		"hint: the name came from %s; lockcore.CreateLockTable (or template.yaml's LockTable) makes lock tables",
-		table, c.where, keys, lockKeySchema, c.from(table))
+		"hint: the name came from %s; lockcore.CreateLockTable (or template.yaml's LockTable) makes lock tables "+
+		"(a lock table with other key names: --attributes PK,SK,TTL)",
+		table, c.where, keys, c.lockKeySchema(), c.from(table))
 }
 
 // explain turns DynamoDB's errors about the table itself into messages that say what
@@ -166,7 +175,7 @@ func (c *cli) explain(ctx context.Context, err error) error {
 		keys = keySchema(t)
 	}
 	if c.targetIsLocks {
-		if keys == lockKeySchema {
+		if keys == c.lockKeySchema() {
 			return err // the keys are right: something else
 		}
 		return fmt.Errorf("%w\n(DynamoDB: %s)", c.notLockTable(c.target, keys), api.ErrorMessage())

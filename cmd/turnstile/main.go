@@ -202,6 +202,7 @@ type cli struct {
 	table, endpoint, stack, region string
 	output                         string
 	skew                           time.Duration
+	attrs                          string // --attributes PK,SK,TTL
 	namespace, strategy, itemTable string
 	positional                     []string
 	synopsis                       string
@@ -227,7 +228,25 @@ func (c *cli) flags(synopsis string) *flag.FlagSet {
 	fs.StringVar(&c.region, "region", "", "AWS region (default from the AWS configuration)")
 	fs.StringVar(&c.output, "o", "table", "output format: table or json")
 	fs.DurationVar(&c.skew, "skew", lockcore.DefaultInspectSkew, "clock-skew allowance: a lease is abandoned when its holder's lease end + skew has passed")
+	fs.StringVar(&c.attrs, "attributes", "", "the lock table's key and TTL attribute names as PK,SK,TTL when they are not pk,sk,expiresAt (default $TURNSTILE_LOCK_ATTRIBUTES)")
 	return fs
+}
+
+// tableAttributes parses --attributes (or $TURNSTILE_LOCK_ATTRIBUTES): "PK,SK,TTL", any
+// part left empty keeping its default.
+func (c *cli) tableAttributes() (lockcore.TableAttributes, error) {
+	v := c.attrs
+	if v == "" {
+		v = c.env.getenv("TURNSTILE_LOCK_ATTRIBUTES")
+	}
+	if v == "" {
+		return lockcore.DefaultTableAttributes, nil
+	}
+	parts := strings.Split(v, ",")
+	if len(parts) != 3 {
+		return lockcore.TableAttributes{}, usagef("--attributes %q: want PK,SK,TTL (three names, e.g. pk,sk,expiresAt)", v)
+	}
+	return lockcore.TableAttributes{PartitionKey: strings.TrimSpace(parts[0]), SortKey: strings.TrimSpace(parts[1]), TTL: strings.TrimSpace(parts[2])}, nil
 }
 
 // usage prints the command's usage, description and flags.
@@ -313,7 +332,11 @@ func (c *cli) inspector(ctx context.Context) (*lockcore.Inspector, error) {
 		return nil, err
 	}
 	c.target, c.targetIsLocks = table, true
-	return lockcore.NewInspector(db, table, lockcore.InspectSkew(c.skew))
+	attrs, err := c.tableAttributes()
+	if err != nil {
+		return nil, err
+	}
+	return lockcore.NewInspector(db, table, lockcore.InspectSkew(c.skew), lockcore.InspectTableAttributes(attrs))
 }
 
 func (c *cli) lockTable(ctx context.Context) (string, error) {

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/turnstile-locks/turnstile/internal/testenv"
@@ -392,5 +393,35 @@ func TestUsageAndConfig(t *testing.T) {
 	}
 	if _, errs, code := f.run("locks", "ls", "--stack", "other"); code != 1 || !strings.Contains(errs, "no LockTableName output (outputs: OrdersTableName)") {
 		t.Fatalf("stack without the output: exit %d: %s", code, errs)
+	}
+}
+
+// TestLocksCustomTableAttributes: --attributes (or $TURNSTILE_LOCK_ATTRIBUTES) reads a lock
+// table whose key and TTL attributes have other names; a malformed value is a usage error.
+func TestLocksCustomTableAttributes(t *testing.T) {
+	f := newFixture(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	db := testenv.Client(t)
+	names := lockcore.TableAttributes{PartitionKey: "PK", SortKey: "SK", TTL: "ttl"}
+	table := f.table + "-attrs"
+	if err := lockcore.CreateLockTable(ctx, db, table, lockcore.WithAttributes(names)); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _, _ = db.DeleteTable(context.Background(), &dynamodb.DeleteTableInput{TableName: &table}) })
+	m, err := lockcore.NewMutex(db, table, opts("alice", lockcore.WithTableAttributes(names))...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := m.Acquire(ctx, "sku#GPU")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Release(ctx)
+	contains(t, f.ok("locks", "ls", "--table", table, "--attributes", "PK,SK,ttl"), "sku#GPU", "alice")
+	f.vars["TURNSTILE_LOCK_ATTRIBUTES"] = "PK,SK,ttl"
+	contains(t, f.ok("locks", "show", "sku#GPU", "--table", table), "alice")
+	if _, errs, code := f.run("locks", "ls", "--table", table, "--attributes", "PK,SK"); code != 2 || !strings.Contains(errs, "want PK,SK,TTL") {
+		t.Errorf("--attributes PK,SK: exit %d, stderr %q; want a usage error", code, errs)
 	}
 }

@@ -253,7 +253,7 @@ func writeItemLock(w io.Writer, il *lockcore.ItemLock, now time.Time) {
 		row("locked", "%s (last acquisition or renewal)", stamp(h.AcquiredAt, now))
 		row("lease end", "%s; lease %s", stamp(h.Until, now), h.Lease)
 	}
-	row("fence", "%s (acquisitions of this item)", il.Fence.Token)
+	row("fence", "%s (epoch: when this life of the item began, µs; seq: its ticket)", il.Fence)
 	row("revision", "%d", il.Revision)
 	if t := il.Tickets; t != nil {
 		row("tickets", "serving %d, last issued %d", t.Serving, t.Next)

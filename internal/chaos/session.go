@@ -92,7 +92,7 @@ func newSession(db *dynamodb.Client, spec sessionSpec, seed uint64) (*session, e
 	case StratLockingRead:
 		s.item, err = lockcore.NewItemLocker(db, spec.Data, opts...)
 	case StratVersioned:
-		s.ver, err = lockcore.NewVersioned(db, spec.Data, append(opts, lockcore.MaxAttempts(50))...)
+		s.ver, err = lockcore.NewVersioned(db, spec.Data, append(opts, lockcore.WithMaxAttempts(50))...)
 	case StratNaive:
 	default:
 		err = fmt.Errorf("unknown strategy %q", spec.Strategy)

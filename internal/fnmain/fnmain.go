@@ -25,7 +25,7 @@ type Env struct {
 }
 
 // Run builds the function's Env, asks build for its Lambda handler (anything lambda.Start
-// takes) and starts the runtime. A configuration error is logged and ends the process at
+// takes) and starts the runtime, the handler traced as obs.TraceHandler says. A configuration error is logged and ends the process at
 // cold start: the function cannot serve any event then.
 func Run(function string, build func(Env) (handler any, err error)) {
 	log := obs.Setup()
@@ -45,5 +45,7 @@ func Run(function string, build func(Env) (handler any, err error)) {
 	if err != nil {
 		fail("configuration", err)
 	}
-	lambda.Start(h)
+	// TraceHandler wraps the handler in an invocation span when the OpenTelemetry back
+	// end is on (TURNSTILE_TRACING=otel); with X-Ray it returns the handler unchanged.
+	lambda.Start(obs.TraceHandler(lambda.NewHandler(h)))
 }

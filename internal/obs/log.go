@@ -1,7 +1,7 @@
 // Package obs is the observability and AWS wiring shared by the Lambda functions: JSON logs
 // with the Lambda request id (log/slog), the AWS SDK configuration (with DYNAMODB_ENDPOINT
-// for a local engine), X-Ray instrumentation of the SDK behind one small seam, and CloudWatch
-// Embedded Format metrics.
+// for a local engine), tracing of invocations and SDK calls behind one small seam (X-Ray or
+// OpenTelemetry, trace.go), and CloudWatch Embedded Format metrics.
 package obs
 
 import (
@@ -34,15 +34,26 @@ var (
 // "timestamp", "level", "message" and the invocation's "requestId" taken from the context, so
 // use the *Context logging methods (InfoContext, ...). Elsewhere (tests, tools) it is a JSON
 // handler with the same keys on stderr, at the level AWS_LAMBDA_LOG_LEVEL names (default INFO).
+// With POWERTOOLS_SERVICE_NAME set (ServiceName), every record has "service", as Powertools'
+// logger writes it. The level is Lambda's (LoggingConfig.ApplicationLogLevel); as in
+// Powertools, where that is set it wins over POWERTOOLS_LOG_LEVEL, which is not read here.
 func Logger() *slog.Logger {
-	loggerOnce.Do(func() {
-		if os.Getenv("AWS_LAMBDA_LOG_FORMAT") != "" {
-			logger = lambdacontext.NewLogger()
-			return
-		}
-		logger = slog.New(NewHandler(os.Stderr, ParseLevel(os.Getenv("AWS_LAMBDA_LOG_LEVEL"))))
-	})
+	loggerOnce.Do(func() { logger = newLogger(os.Stderr) })
 	return logger
+}
+
+// newLogger builds Logger's logger; w receives the records outside Lambda.
+func newLogger(w io.Writer) *slog.Logger {
+	var l *slog.Logger
+	if os.Getenv("AWS_LAMBDA_LOG_FORMAT") != "" {
+		l = lambdacontext.NewLogger()
+	} else {
+		l = slog.New(NewHandler(w, ParseLevel(os.Getenv("AWS_LAMBDA_LOG_LEVEL"))))
+	}
+	if svc := ServiceName(); svc != "" {
+		l = l.With(ServiceDimension, svc)
+	}
+	return l
 }
 
 // Setup makes Logger the default slog logger (and so the destination of the standard log

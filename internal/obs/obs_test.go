@@ -78,7 +78,8 @@ func isolateAWSEnv(t *testing.T) {
 		"AWS_DEFAULT_PROFILE", "AWS_REGION", "AWS_DEFAULT_REGION", "AWS_WEB_IDENTITY_TOKEN_FILE", "AWS_ROLE_ARN",
 		"AWS_CONTAINER_CREDENTIALS_FULL_URI", "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI", "AWS_ENDPOINT_URL",
 		"AWS_ENDPOINT_URL_DYNAMODB", "AWS_XRAY_SDK_DISABLED", "AWS_LAMBDA_FUNCTION_NAME", "LAMBDA_TASK_ROOT",
-		"AWS_XRAY_DAEMON_ADDRESS", "AWS_XRAY_CONTEXT_MISSING"} {
+		"AWS_XRAY_DAEMON_ADDRESS", "AWS_XRAY_CONTEXT_MISSING", "AWS_SAM_LOCAL", "AWS_LAMBDA_INITIALIZATION_TYPE", "AWS_LAMBDA_LOG_STREAM_NAME",
+		"AWS_LAMBDA_RUNTIME_API", NamespaceEnv, PowertoolsNamespaceEnv, PowertoolsServiceEnv} {
 		t.Setenv(k, "")
 	}
 	t.Setenv("AWS_CONFIG_FILE", filepath.Join(dir, "config"))
@@ -336,5 +337,185 @@ func TestStdLogWriterDemotesRuntimeErrorReport(t *testing.T) {
 	log.New(StdLogWriter(l), "", 0).Printf("%s", `{"errorMessage":"m","errorType":"InvalidEventError","stackTrace":[]}`)
 	if !strings.Contains(buf.String(), `"level":"DEBUG","message":"runtime error report","payload":{"errorMessage":"m"`) {
 		t.Errorf("at DEBUG: %s", buf.String())
+	}
+}
+
+// TestDockerEndpointOnlyUnderSAMLocal: the endpoint of the documented `sam local invoke`
+// setup (docs/local-invoke.md: DynamoDB Local as container dynamodb-local on the network
+// given to --docker-network) is accepted inside the Lambda emulation of SAM CLI, exactly as
+// written, for DYNAMODB_ENDPOINT only; in Lambda proper (a log stream name as Lambda gives
+// them, a reserved variable) or without AWS_SAM_LOCAL it is refused, and so is every other
+// name. (cmd/invoke's TestDockerEnvVarsFile runs the check on SAM CLI's own environment.)
+func TestDockerEndpointOnlyUnderSAMLocal(t *testing.T) {
+	// What SAM CLI 1.170 sets (testdata of cmd/invoke has all of it).
+	samLocal := map[string]string{"AWS_LAMBDA_FUNCTION_NAME": "OrderProcessorFunction", "AWS_SAM_LOCAL": "true",
+		"AWS_LAMBDA_LOG_STREAM_NAME": "$LATEST", "AWS_LAMBDA_INITIALIZATION_TYPE": "on-demand"}
+	with := func(base map[string]string, kv ...string) map[string]string {
+		m := map[string]string{}
+		for k, v := range base {
+			m[k] = v
+		}
+		for i := 0; i+1 < len(kv); i += 2 {
+			m[kv[i]] = kv[i+1]
+		}
+		return m
+	}
+	tests := []struct {
+		name    string
+		env     map[string]string
+		wantErr string // "" = accepted
+	}{
+		{"sam local, documented endpoint", with(samLocal, EndpointEnv, DockerEndpoint), ""},
+		{"sam local, runtime api marker only", map[string]string{"AWS_LAMBDA_RUNTIME_API": "127.0.0.1:9001", "AWS_SAM_LOCAL": "true", EndpointEnv: DockerEndpoint}, ""},
+		{"sam local, loopback still accepted", with(samLocal, EndpointEnv, "http://127.0.0.1:8000"), ""},
+		{"sam local, no log stream name", with(samLocal, EndpointEnv, DockerEndpoint, "AWS_LAMBDA_LOG_STREAM_NAME", ""), ""},
+		{"deployed function (a log stream name Lambda gives)", with(samLocal, EndpointEnv, DockerEndpoint, "AWS_LAMBDA_LOG_STREAM_NAME", "2026/11/28/[$LATEST]0123456789abcdef0123456789abcdef"), "only under sam local invoke"},
+		{"deployed version 7", with(samLocal, EndpointEnv, DockerEndpoint, "AWS_LAMBDA_LOG_STREAM_NAME", "2026/01/02/[7]fedcba9876543210fedcba9876543210"), "only under sam local invoke"},
+		{"lambda without AWS_SAM_LOCAL", map[string]string{"AWS_LAMBDA_FUNCTION_NAME": "f", EndpointEnv: DockerEndpoint}, "only under sam local invoke"},
+		{"AWS_SAM_LOCAL not true", map[string]string{"AWS_LAMBDA_FUNCTION_NAME": "f", "AWS_SAM_LOCAL": "1", EndpointEnv: DockerEndpoint}, "only under sam local invoke"},
+		{"other port", with(samLocal, EndpointEnv, "http://dynamodb-local:8001"), "refused inside Lambda"},
+		{"https", with(samLocal, EndpointEnv, "https://dynamodb-local:8000"), "refused inside Lambda"},
+		{"trailing path", with(samLocal, EndpointEnv, DockerEndpoint+"/"), "refused inside Lambda"},
+		{"upper case name", with(samLocal, EndpointEnv, "http://DynamoDB-Local:8000"), "refused inside Lambda"},
+		{"look-alike name", with(samLocal, EndpointEnv, "http://dynamodb-local.attacker.example:8000"), "refused inside Lambda"},
+		{"userinfo trick", with(samLocal, EndpointEnv, "http://dynamodb-local:8000@198.51.100.7:8000"), "refused inside Lambda"},
+		{"host.docker.internal", with(samLocal, EndpointEnv, "http://host.docker.internal:8000"), "refused inside Lambda"},
+		{"private address", with(samLocal, EndpointEnv, "http://172.18.0.2:8000"), "refused inside Lambda"},
+		{"sdk dynamodb override", with(samLocal, "AWS_ENDPOINT_URL_DYNAMODB", DockerEndpoint), "refused inside Lambda"},
+		{"sdk generic override", with(samLocal, "AWS_ENDPOINT_URL", DockerEndpoint), "refused inside Lambda"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			isolateAWSEnv(t)
+			for _, k := range EndpointOverrideEnvs {
+				t.Setenv(k, "")
+			}
+			for k, v := range tt.env {
+				t.Setenv(k, v)
+			}
+			err := CheckEndpointOverrides()
+			if tt.wantErr == "" {
+				if err != nil {
+					t.Fatalf("refused: %v", err)
+				}
+				cfg, err := AWSConfig(context.Background())
+				if err != nil {
+					t.Fatalf("AWSConfig: %v", err)
+				}
+				if ep := aws.ToString(dynamodb.NewFromConfig(cfg).Options().BaseEndpoint); ep != tt.env[EndpointEnv] {
+					t.Errorf("DynamoDB endpoint = %q, want %q", ep, tt.env[EndpointEnv])
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+				t.Fatalf("CheckEndpointOverrides() = %v, want an error containing %q", err, tt.wantErr)
+			}
+			if _, cerr := AWSConfig(context.Background()); cerr == nil {
+				t.Fatal("AWSConfig accepted what CheckEndpointOverrides refuses")
+			}
+		})
+	}
+}
+
+// TestDeclaredEmptyEndpointInsideLambda: template.yaml declares DYNAMODB_ENDPOINT with an
+// empty value (so that sam local invoke --env-vars can set it). A deployed function gets it
+// empty, which must mean what unset meant: no override, no refusal, the default credential
+// chain (no static local credentials).
+func TestDeclaredEmptyEndpointInsideLambda(t *testing.T) {
+	isolateAWSEnv(t)
+	t.Setenv("AWS_LAMBDA_FUNCTION_NAME", "turnstile-prod-order-processor")
+	t.Setenv("AWS_LAMBDA_INITIALIZATION_TYPE", "on-demand")
+	t.Setenv("AWS_REGION", "eu-west-1")
+	t.Setenv(EndpointEnv, "")
+	cfg, err := AWSConfig(context.Background())
+	if err != nil {
+		t.Fatalf("AWSConfig with DYNAMODB_ENDPOINT empty: %v", err)
+	}
+	if ep := dynamodb.NewFromConfig(cfg).Options().BaseEndpoint; ep != nil {
+		t.Errorf("DynamoDB endpoint overridden to %q by an empty DYNAMODB_ENDPOINT", *ep)
+	}
+	if cfg.Region != "eu-west-1" {
+		t.Errorf("region = %q, want the environment's", cfg.Region)
+	}
+	if creds, err := cfg.Credentials.Retrieve(context.Background()); err == nil && creds.AccessKeyID == LocalAccessKeyID {
+		t.Errorf("static local credentials used with an empty DYNAMODB_ENDPOINT")
+	}
+}
+
+// TestMetricsPowertoolsNames: POWERTOOLS_METRICS_NAMESPACE names the namespace when
+// METRICS_NAMESPACE is unset (the project's own name wins when both are); with
+// POWERTOOLS_SERVICE_NAME every metric is published under {service} as well as under the
+// {Function, Stage} set the alarms watch, and without it nothing changes.
+func TestMetricsPowertoolsNames(t *testing.T) {
+	tests := []struct {
+		name     string
+		env      map[string]string
+		wantNS   string
+		wantDims [][]any
+	}{
+		{"defaults", nil, DefaultNamespace, [][]any{{"Function", "Stage"}}},
+		{"powertools namespace", map[string]string{PowertoolsNamespaceEnv: "checkout"}, "checkout", [][]any{{"Function", "Stage"}}},
+		{"own namespace wins", map[string]string{PowertoolsNamespaceEnv: "checkout", NamespaceEnv: "turnstile-x"}, "turnstile-x", [][]any{{"Function", "Stage"}}},
+		{"service", map[string]string{PowertoolsServiceEnv: "orders"}, DefaultNamespace, [][]any{{"Function", "Stage"}, {"service"}}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			isolateAWSEnv(t)
+			t.Setenv("STAGE", "dev")
+			for k, v := range tt.env {
+				t.Setenv(k, v)
+			}
+			var buf bytes.Buffer
+			old := MetricsOutput
+			MetricsOutput = &buf
+			t.Cleanup(func() { MetricsOutput = old })
+			m := Metrics(context.Background(), "orderprocessor")
+			m.PutMetric("LockWait", 3, "Milliseconds")
+			if err := m.Flush(); err != nil {
+				t.Fatal(err)
+			}
+			var doc map[string]any
+			if err := json.Unmarshal(buf.Bytes(), &doc); err != nil {
+				t.Fatalf("%v: %s", err, buf.String())
+			}
+			dir := doc["_aws"].(map[string]any)["CloudWatchMetrics"].([]any)[0].(map[string]any)
+			if dir["Namespace"] != tt.wantNS {
+				t.Errorf("namespace = %v, want %s", dir["Namespace"], tt.wantNS)
+			}
+			gotDims, _ := json.Marshal(dir["Dimensions"])
+			wantDims, _ := json.Marshal(tt.wantDims)
+			if string(gotDims) != string(wantDims) {
+				t.Errorf("dimension sets = %s, want %s", gotDims, wantDims)
+			}
+			if svc := tt.env[PowertoolsServiceEnv]; svc != "" && doc[ServiceDimension] != svc {
+				t.Errorf("service = %v, want %s", doc[ServiceDimension], svc)
+			}
+			if _, ok := doc[ServiceDimension]; ok && tt.env[PowertoolsServiceEnv] == "" {
+				t.Errorf("service key without POWERTOOLS_SERVICE_NAME: %s", buf.String())
+			}
+			if doc["Function"] != "orderprocessor" || doc["Stage"] != "dev" {
+				t.Errorf("Function/Stage = %v/%v", doc["Function"], doc["Stage"])
+			}
+		})
+	}
+}
+
+// TestLoggerServiceKey: with POWERTOOLS_SERVICE_NAME every log record has "service", as
+// Powertools' logger writes it; without it there is no such key.
+func TestLoggerServiceKey(t *testing.T) {
+	for _, svc := range []string{"orders", ""} {
+		isolateAWSEnv(t)
+		t.Setenv("AWS_LAMBDA_LOG_FORMAT", "")
+		t.Setenv(PowertoolsServiceEnv, svc)
+		var buf bytes.Buffer
+		newLogger(&buf).Info("order reserved")
+		var rec map[string]any
+		if err := json.Unmarshal(buf.Bytes(), &rec); err != nil {
+			t.Fatalf("%v: %s", err, buf.String())
+		}
+		got, ok := rec[ServiceDimension]
+		if (svc == "" && ok) || (svc != "" && got != svc) {
+			t.Errorf("POWERTOOLS_SERVICE_NAME=%q: record %v", svc, rec)
+		}
 	}
 }

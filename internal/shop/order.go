@@ -291,10 +291,10 @@ func (s *Service) landed(ctx context.Context, orderID string, ol *lockcore.ItemL
 	it := got.Item
 	a := lockcore.DefaultItemAttributes
 	// The decision unlocked the item and left its serving ticket at ours; waiters queued
-	// meanwhile have raised the fence (the ticket counter) past our token.
+	// meanwhile have raised the fence (the ticket counter) past our ticket.
 	fence, _ := getN(it, a.Fence)
 	serving, _ := getN(it, a.Serving)
-	ours := lockcore.Fence(fence) == ol.Token() || lockcore.Fence(serving) == ol.Token()
+	ours := fence == ol.Ticket() || serving == ol.Ticket()
 	return getS(it, attrStatus) == string(st) && getS(it, a.LockedBy) == "" && ours
 }
 

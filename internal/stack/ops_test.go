@@ -120,7 +120,7 @@ func emfSeries(t *testing.T, tpl *template.Template, vals Values) map[series]str
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, k := range []string{"METRICS_NAMESPACE", "STAGE"} {
+		for _, k := range []string{obs.NamespaceEnv, "STAGE", obs.PowertoolsNamespaceEnv, obs.PowertoolsServiceEnv} {
 			t.Setenv(k, env[k]) // unset and empty mean the same to obs.Metrics
 		}
 		var buf bytes.Buffer

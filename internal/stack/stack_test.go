@@ -878,6 +878,12 @@ func TestEventFilesHaveLambdaShapes(t *testing.T) {
 						t.Errorf("inventory[%d]: available is not a number", i)
 					}
 				}
+			case strings.HasPrefix(name, "env."):
+				// Not an event: a sam local invoke --env-vars file (cmd/invoke's
+				// TestDockerEnvVarsFile holds it to the template).
+				if len(ev) == 0 {
+					t.Fatal("no function sections")
+				}
 			default:
 				t.Errorf("unknown event kind: add a shape check for %s", name)
 			}

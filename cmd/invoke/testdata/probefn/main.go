@@ -45,7 +45,7 @@ func main() {
 		}
 		r := result{Env: map[string]string{}}
 		for _, k := range []string{"LOCK_TABLE", "ORDERS_TABLE", "ORDERS_QUEUE_URL", "STAGE", "SWEEP_MIN_AGE_SECONDS",
-			"AWS_LAMBDA_LOG_FORMAT", "AWS_LAMBDA_LOG_LEVEL", "AWS_LAMBDA_FUNCTION_MEMORY_SIZE"} {
+			"AWS_LAMBDA_LOG_FORMAT", "AWS_LAMBDA_LOG_LEVEL", "AWS_LAMBDA_FUNCTION_MEMORY_SIZE", "DYNAMODB_ENDPOINT"} {
 			r.Env[k] = os.Getenv(k)
 		}
 		table := os.Getenv("LOCK_TABLE")
