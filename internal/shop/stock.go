@@ -254,27 +254,6 @@ func (s *Service) probeStock(ctx context.Context, sku string, lease time.Duratio
 	return s.holdStock(context.WithValue(ctx, probeKey{}, true), sku, lockcore.NoWait(), lease, record)
 }
 
-// holdAllStock takes the stock items of skus (sorted: the canonical order, so two
-// callers never wait for each other) one after the other, each waited for until the
-// wait policy left() says; the orders of record are recorded on the first. On a failure
-// it releases what it took and returns the SKU it could not take (and the error).
-func (s *Service) holdAllStock(ctx context.Context, skus []string, left func() lockcore.WaitPolicy, lease time.Duration, record []Order) (map[string]*stockHold, string, error) {
-	holds := make(map[string]*stockHold, len(skus))
-	for i, sku := range skus {
-		var rec []Order
-		if i == 0 {
-			rec = record
-		}
-		h, err := s.holdStock(ctx, sku, left(), lease, rec)
-		if err != nil {
-			s.releaseHolds(ctx, holds)
-			return nil, sku, err
-		}
-		holds[sku] = h
-	}
-	return holds, "", nil
-}
-
 // releaseHolds releases stock holds with lockcore's own release (concurrently), for
 // paths that write nothing.
 func (s *Service) releaseHolds(ctx context.Context, holds map[string]*stockHold) {
