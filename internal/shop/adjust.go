@@ -75,23 +75,7 @@ func (s *Service) ApplyAdjustment(ctx context.Context, a Adjustment) (applied bo
 	}
 	if marker != nil {
 		done()
-		s.count(ctx, MetricAdjustmentsDuplicate)
-		recorded, ok := getN(marker, "delta")
-		if getS(marker, attrOutcome) == OutcomeRejected {
-			recorded, ok = getN(marker, attrRequestedDelta)
-		}
-		if ok && recorded != int64(a.Delta) {
-			// The id was decided before with another delta: a producer reusing ids. The
-			// first decision stands (as for an order redelivered with other content).
-			s.log.WarnContext(ctx, "adjustment redelivered with a different delta; keeping the first decision",
-				"adjustmentId", a.AdjustmentID, "sku", a.SKU, "delta", a.Delta, "recordedDelta", recorded)
-		}
-		if getS(marker, attrOutcome) == OutcomeRejected {
-			seen, _ := getN(marker, attrAvailable)
-			return false, fmt.Errorf("%w: %s: rejected before (%s had %d available, delta %d); the decision stands",
-				ErrInsufficientStock, what, a.SKU, seen, a.Delta)
-		}
-		return false, nil
+		return false, s.duplicateAdjustment(ctx, a, what, marker)
 	}
 	if st.available+int64(a.Delta) < 0 {
 		err := s.recordRejection(ctx, a, what, st.available, mu, l)
