@@ -913,6 +913,7 @@ func (il *ItemLocker) wait(ctx context.Context, h *itemHold, leaseID string, tr 
 	obs := seen{serving: st.serving, rev: st.rev, lockedBy: st.lockedBy, at: il.cfg.clock.Now()}
 	var claimSent time.Time // first send of a skip that may have made us the holder
 	confirm := false        // the next read must be strongly consistent, at once
+	stConsistent := true    // st came from a strongly consistent read (or the take)
 	bo := backoff{base: il.cfg.backoffBase, cap: il.cfg.backoffCap}
 	for {
 		if st.serving == h.ticket && st.lockedBy == leaseID {
@@ -957,6 +958,13 @@ func (il *ItemLocker) wait(ctx context.Context, h *itemHold, leaseID string, tr 
 			waited := now.Sub(start)
 			p := ac.wait
 			if !p.forever && waited >= p.max {
+				if !stConsistent {
+					// An eventually consistent view may be old: the line it shows may
+					// have moved on to our ticket. The time runs out on what a
+					// consistent read shows, taken at once.
+					confirm = true
+					break
+				}
 				return waitResult{}, il.giveUp(ctx, h, leaseID, st, start, nil)
 			}
 			pos := h.ticket - st.serving
@@ -1022,6 +1030,7 @@ func (il *ItemLocker) wait(ctx context.Context, h *itemHold, leaseID string, tr 
 			lastBefore = send
 		}
 		pc.read(send, next.serving-st.serving, il.pacing.turn(pk, rtt, pc.pace), rtt)
+		stConsistent = !far
 		if next.serving != obs.serving || next.rev != obs.rev || next.lockedBy != obs.lockedBy {
 			obs = seen{serving: next.serving, rev: next.rev, lockedBy: next.lockedBy, at: now}
 		}
