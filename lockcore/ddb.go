@@ -131,6 +131,17 @@ func readItem(ctx context.Context, db DynamoDB, table string, key item) (item, e
 	return out.Item, nil
 }
 
+// readEventually reads an item with an eventually consistent GetItem (half the RCU of a
+// strongly consistent one): for waiters far back in a line, which only time their next
+// read by it.
+func readEventually(ctx context.Context, db DynamoDB, table string, key item) (item, error) {
+	out, err := db.GetItem(ctx, &dynamodb.GetItemInput{TableName: aws.String(table), Key: key})
+	if err != nil {
+		return nil, err
+	}
+	return out.Item, nil
+}
+
 // attribute helpers ----------------------------------------------------------------
 
 func attrS(it item, name string) string {

@@ -9,9 +9,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/expression"
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 )
 
@@ -591,14 +589,6 @@ func (m *Mutex) waitForRoom(ctx context.Context, key string, ac *acquireConfig, 
 	}
 }
 
-// servedKey names the served ticket of a row in the observation memory.
-func (r mutexRow) servedKey() string { return r.life + "\x00" + strconv.FormatInt(r.serving, 10) }
-
-// seeServed records an observation of the served ticket in obs.
-func (r mutexRow) seeServed(obs *observer, now time.Time) {
-	obs.see(&Holder{LeaseID: r.servedKey(), Rev: r.rev, Lease: r.servedLease()}, now)
-}
-
 // skippable reports whether the served ticket of a busy row may be skipped now: its
 // owner withdrew it (no entry); in wall-clock mode with a lease end recorded for it,
 // that lease end plus the skew allowance lies in the past; otherwise obs has seen the
@@ -614,7 +604,7 @@ func (m *Mutex) skippable(row mutexRow, obs observer, now time.Time) (ok, stalle
 		return time.UnixMilli(row.hUntil).Add(m.cfg.takeover.skew).Before(now), true
 	}
 	// Observation: the default mode, and wall-clock mode where no lease end is recorded.
-	return obs.leaseID == row.servedKey() && obs.rev == row.rev && obs.lease > 0 && now.Sub(obs.since) >= obs.lease, true
+	return obs.leaseID == servedKey(row.ticketRow) && obs.rev == row.rev && obs.lease > 0 && now.Sub(obs.since) >= obs.lease, true
 }
 
 // skipGone, for a NoWait take, skips the served ticket if it may be skipped now.
@@ -623,7 +613,7 @@ func (m *Mutex) skipGone(ctx context.Context, h *mutexHold, row mutexRow, obs *o
 		return false
 	}
 	now := m.cfg.clock.Now()
-	row.seeServed(obs, now)
+	seeServed(obs, row, now)
 	if ok, _ := m.skippable(row, *obs, now); ok {
 		return m.skip(ctx, h, row)
 	}
@@ -668,131 +658,63 @@ func (m *Mutex) skip(ctx context.Context, h *mutexHold, row mutexRow) bool {
 	return err == nil
 }
 
-// wait polls the row until serving reaches our ticket.
+// wait waits in the row's line until our ticket is served (waitTurn), then enters.
 func (m *Mutex) wait(ctx context.Context, h *mutexHold, row mutexRow, sent time.Time, ac *acquireConfig, start time.Time, st *acqStats) (*Lease, error) {
-	// lastBefore: send time of the last request whose answer showed an earlier ticket
-	// served. The lease's validity counts from it.
-	lastBefore := sent
-	rtt := max(m.cfg.clock.Now().Sub(sent), time.Millisecond)
 	pk := m.pk(h.key, h.ns)
-	pc := newPacer(&m.pacing, pk, sent)
-	if ac.urgent {
-		pc.reach = minReach
-	}
-	served := false
-	defer func() { pc.done(&m.pacing, pk, served) }()
 	obs := m.cfg.seen.load(pk)
 	defer func() { m.cfg.seen.store(pk, obs) }()
-	row.seeServed(&obs, m.cfg.clock.Now())
-	bo := backoff{base: m.cfg.backoffBase, cap: m.cfg.backoffCap}
-	rowConsistent := true // row came from a strongly consistent read (or the take)
-	confirm := false      // the wait's time ran out on an eventually consistent view
-	// In only by our ticket served in the life it was issued in: an eventually
-	// consistent read may return the row of an earlier life (before TTL removed it) with
-	// our number served, and its fence epoch would make our token lower than the last
-	// holder's.
-	for row.serving != h.ticket || row.life != h.life || row.format != fmtFair {
-		now := m.cfg.clock.Now()
-		gone := !row.exists || row.format != fmtFair || row.life != h.life
-		if (row.serving > h.ticket && !gone) || (gone && rowConsistent) {
-			return nil, errTicketSkipped
-		}
-		ok, stalled := m.skippable(row, obs, now)
-		switch {
-		case gone:
-			// An eventually consistent read may show the row before our ticket was
-			// issued: look again, consistently, before giving the ticket up.
-		case ok:
-			if m.skip(ctx, h, row) {
-				if stalled {
-					h.skippedStalled = true
-					st.takeover = true
-				}
-			} else if err := sleep(ctx, bo.next()); err != nil {
-				return nil, m.giveUp(ctx, h, row, start, err)
-			}
-		default:
-			waited := now.Sub(start)
-			p := ac.wait
-			if !p.forever && waited >= p.max {
-				if !rowConsistent && !confirm {
-					// An eventually consistent view may be old: the line it shows may
-					// have moved on to our ticket. The time ran out on what a consistent
-					// read shows, at once, not on it.
-					confirm = true
-					break
-				}
-				return nil, m.giveUp(ctx, h, row, start, nil)
-			}
-			pos, turn := h.ticket-row.serving, m.pacing.turnShared(pk, rtt, pc.pace, row.sharedHold())
-			d := pc.delay(now, pos, rtt, turn)
-			// Never sleep past the moment the served ticket could be skipped, and look
-			// often enough that the takeover clock starts soon after the holder's last
-			// heartbeat (see watchEvery).
-			lease := max(row.servedLease(), time.Millisecond)
-			watch := watchEvery(lease)
-			if m.cfg.takeover.wallClock && row.hFor == row.serving && row.hUntil > 0 {
-				d = min(d, watch, time.UnixMilli(row.hUntil).Add(m.cfg.takeover.skew).Sub(now)+time.Millisecond)
-			} else {
-				d = min(d, watch, obs.since.Add(lease).Sub(now)+time.Millisecond)
-			}
-			d = max(d, ac.pollFloor(lease))
-			if !p.forever {
-				d = min(d, p.max-waited)
-			}
-			if err := sleep(ctx, max(d, time.Millisecond)); err != nil {
-				return nil, m.giveUp(ctx, h, row, start, err)
-			}
-		}
-		// Only the next in line reads strongly consistently; waiters further back read
-		// eventually consistent (half the RCU) and only time their next read by it. Such
-		// a read shows a state the row really had, so the skips it may lead to stay safe
-		// (each is conditioned on the row as observed), but it may be old, so it never
-		// moves lastBefore.
-		send := m.cfg.clock.Now()
-		consistent := h.ticket-row.serving <= 1 || gone || confirm
-		var it item
-		var err error
-		if consistent {
-			it, err = m.read(ctx, h.key, h.ns)
-		} else {
-			var out *dynamodb.GetItemOutput
-			out, err = m.db.GetItem(ctx, &dynamodb.GetItemInput{TableName: aws.String(m.table), Key: m.keyOf(h.key, h.ns)})
-			if err == nil {
-				it = out.Item
-			}
-		}
-		if err != nil {
-			if ctx.Err() != nil {
-				return nil, m.giveUp(ctx, h, row, start, ctx.Err())
-			}
-			if classify(err) == errFatal {
-				m.withdraw(ctx, h)
-				return nil, fmt.Errorf("lockcore: acquire %q: %w", h.key, err)
-			}
-			if err := sleep(ctx, bo.next()); err != nil {
-				return nil, m.giveUp(ctx, h, row, start, err)
-			}
-			continue
-		}
-		now = m.cfg.clock.Now()
-		rtt = (3*rtt + max(now.Sub(send), time.Millisecond)) / 4
-		next := parseMutexRow(it, h.wattr)
-		if consistent && next.serving < h.ticket {
-			lastBefore = send
-		}
-		if next.life == row.life {
-			pc.read(send, next.serving-row.serving, m.pacing.turnShared(pk, rtt, pc.pace, next.sharedHold()), rtt)
-		} else {
-			pc.restart(send)
-		}
-		next.seeServed(&obs, now)
-		row, rowConsistent = next, consistent
+	w := lineWait{cfg: m.cfg, pacing: &m.pacing, pk: pk, key: h.key, what: "acquire", ticket: h.ticket, ac: ac, start: start, obs: &obs}
+	row, lastBefore, err := waitTurn(ctx, mutexLine{m, h, st}, w, row, sent)
+	if err != nil {
+		return nil, err
 	}
-	served = true
 	h.next = row.next
 	return m.enter(ctx, h, row, lastBefore, ac, start)
 }
+
+// mutexLine is the Mutex's wait line: the lock row, state "fair".
+type mutexLine struct {
+	m  *Mutex
+	h  *mutexHold
+	st *acqStats
+}
+
+func (l mutexLine) parse(it item) mutexRow { return parseMutexRow(it, l.h.wattr) }
+
+func (l mutexLine) gone(r mutexRow) bool {
+	return !r.exists || r.format != fmtFair || r.life != l.h.life
+}
+
+func (l mutexLine) skippable(r mutexRow, obs observer, now time.Time) (bool, bool) {
+	return l.m.skippable(r, obs, now)
+}
+
+func (l mutexLine) skip(ctx context.Context, r mutexRow, stalled bool) bool {
+	if !l.m.skip(ctx, l.h, r) {
+		return false
+	}
+	if stalled {
+		l.h.skippedStalled = true
+		l.st.takeover = true
+	}
+	return true
+}
+
+func (l mutexLine) wallDeadline(r mutexRow) (time.Time, bool) {
+	if l.m.cfg.takeover.wallClock && r.hFor == r.serving && r.hUntil > 0 {
+		return time.UnixMilli(r.hUntil).Add(l.m.cfg.takeover.skew), true
+	}
+	return time.Time{}, false
+}
+
+func (l mutexLine) read(ctx context.Context, consistent bool) (item, error) {
+	if consistent {
+		return l.m.read(ctx, l.h.key, l.h.ns)
+	}
+	return readEventually(ctx, l.m.db, l.m.table, l.m.keyOf(l.h.key, l.h.ns))
+}
+
+func (l mutexLine) withdraw(ctx context.Context) { l.m.withdraw(ctx, l.h) }
 
 // enter makes a served ticket a lease: its validity counts from lastBefore, the send time
 // of the last request that still showed an earlier ticket served (in wall-clock mode, at
@@ -850,12 +772,7 @@ func minTime(a, b time.Time) time.Time {
 // giveUp withdraws the ticket and explains why the wait ended (cause nil: the wait
 // policy's time ran out).
 func (m *Mutex) giveUp(ctx context.Context, h *mutexHold, row mutexRow, start time.Time, cause error) error {
-	m.withdraw(ctx, h)
-	waited := m.cfg.clock.Now().Sub(start)
-	if cause != nil && ctx.Err() == nil && !errors.Is(cause, context.Canceled) && !errors.Is(cause, context.DeadlineExceeded) {
-		return cause
-	}
-	return &HeldError{Key: h.key, Holder: row.holder(), Waited: waited, TimedOut: cause == nil, Cause: cause}
+	return giveUp(ctx, mutexLine{m: m, h: h}, lineWait{cfg: m.cfg, key: h.key, start: start}, row, cause)
 }
 
 // withdraw gives up a ticket: it removes the ticket's entries while the ticket is not

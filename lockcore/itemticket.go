@@ -12,9 +12,7 @@ import (
 
 	"crypto/rand"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/expression"
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 )
 
@@ -880,11 +878,7 @@ func (il *ItemLocker) skip(ctx context.Context, h *itemHold, st itemState, lease
 
 // readEventually reads the item with an eventually consistent GetItem.
 func (il *ItemLocker) readEventually(ctx context.Context, key item) (item, error) {
-	out, err := il.db.GetItem(ctx, &dynamodb.GetItemInput{TableName: aws.String(il.table), Key: key})
-	if err != nil {
-		return nil, err
-	}
-	return out.Item, nil
+	return readEventually(ctx, il.db, il.table, key)
 }
 
 // waitResult is a wait that reached our turn.

@@ -12,7 +12,6 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/expression"
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 )
 
@@ -423,134 +422,63 @@ func (t *TicketLock) skip(ctx context.Context, key, ns string, row ticketRow, wa
 	return err == nil
 }
 
-// wait polls the row until serving reaches our ticket.
+// wait waits in the row's line until our ticket is served (waitTurn), then enters.
 func (t *TicketLock) wait(ctx context.Context, h *ticketHold, row ticketRow, sent time.Time, ac *acquireConfig, start time.Time) (*Lease, error) {
-	lease := ac.lease
-	// lastBefore: send time of the last request whose answer showed an earlier ticket
-	// served. The lease's validity counts from it.
-	lastBefore := sent
-	rtt := max(t.cfg.clock.Now().Sub(sent), time.Millisecond)
+	var obs observer
 	pk := h.key + "\x00" + h.ns // the lock, in this client's pacing memory
-	pc := newPacer(&t.pacing, pk, sent)
-	served := false
-	defer func() { pc.done(&t.pacing, pk, served) }()
-	type seen struct {
-		serving, rev int64
-		at           time.Time
+	w := lineWait{cfg: t.cfg, pacing: &t.pacing, pk: pk, key: h.key, what: "ticket lock", ticket: h.ticket, ac: ac, start: start, obs: &obs}
+	row, lastBefore, err := waitTurn(ctx, ticketLine{t, h}, w, row, sent)
+	if err != nil {
+		return nil, err
 	}
-	obs := seen{serving: row.serving, rev: row.rev, at: t.cfg.clock.Now()}
-	bo := backoff{base: t.cfg.backoffBase, cap: t.cfg.backoffCap}
-	rowConsistent := true // row came from a strongly consistent read (or the take)
-	confirm := false      // the wait's time ran out on an eventually consistent view
-	// In only by our ticket served in the life it was issued in: an eventually
-	// consistent read may return the row of an earlier life (before TTL removed it) with
-	// our number served, and its fence epoch would make our token lower than the last
-	// holder's.
-	for row.serving != h.ticket || !row.exists || row.life != h.life {
-		now := t.cfg.clock.Now()
-		gone := !row.exists || row.life != h.life
-		switch {
-		case (gone && rowConsistent) || (!gone && row.serving > h.ticket):
-			return nil, errTicketSkipped
-		case gone:
-			// An eventually consistent read may show the row before our ticket was
-			// issued, or an earlier life's: look again, consistently, before giving the
-			// ticket up.
-		case !row.servedEntry && row.serving <= row.next:
-			// Withdrawn: skip it at once. (Only on a view that shows the served ticket
-			// issued: an eventually consistent read may show the row before it was, and
-			// an uncontended take does not bump rev, so the skip's condition would still
-			// hold against a live holder.)
-			if !t.skip(ctx, h.key, h.ns, row, "") {
-				if err := sleep(ctx, bo.next()); err != nil {
-					return nil, t.giveUp(ctx, h, row, start, err)
-				}
-			}
-		case now.Sub(obs.at) >= time.Duration(row.leaseMs)*time.Millisecond:
-			// The served ticket's owner stopped heartbeating for a full lease.
-			if t.skip(ctx, h.key, h.ns, row, row.waiters[row.serving]) {
-				h.skippedStalled = true
-			} else {
-				if err := sleep(ctx, bo.next()); err != nil {
-					return nil, t.giveUp(ctx, h, row, start, err)
-				}
-			}
-		default:
-			waited := now.Sub(start)
-			p := ac.wait
-			if !p.forever && waited >= p.max {
-				if !rowConsistent && !confirm {
-					// An eventually consistent view may be old: the line it shows may
-					// have moved on to our ticket. The time ran out on what a consistent
-					// read shows, at once, not on it.
-					confirm = true
-					break
-				}
-				return nil, t.giveUp(ctx, h, row, start, nil)
-			}
-			d := pc.delay(now, h.ticket-row.serving, rtt, t.pacing.turn(pk, rtt, pc.pace))
-			// Never sleep past the moment a stalled holder could be skipped, and look
-			// often enough that the takeover clock starts soon after the holder's last
-			// heartbeat (see watchEvery).
-			d = min(d, watchEvery(lease), obs.at.Add(time.Duration(row.leaseMs)*time.Millisecond).Sub(now)+time.Millisecond)
-			d = max(d, ac.pollFloor(time.Duration(row.leaseMs)*time.Millisecond))
-			if !p.forever {
-				d = min(d, p.max-waited)
-			}
-			if err := sleep(ctx, max(d, time.Millisecond)); err != nil {
-				return nil, t.giveUp(ctx, h, row, start, err)
-			}
-		}
-		// Only the next in line reads strongly consistently. Waiters further back read
-		// eventually consistent (half the RCU): they only time their next read by it. Such
-		// a read shows a state the row really had, so the skips it may lead to stay safe
-		// (each is conditioned on the row as observed), but it may be old, so it never
-		// moves lastBefore, the start of our lease's validity.
-		send := t.cfg.clock.Now()
-		consistent := h.ticket-row.serving <= 1 || gone || confirm
-		var it item
-		var err error
-		if consistent {
-			it, err = t.read(ctx, h.key, h.ns)
-		} else {
-			var out *dynamodb.GetItemOutput
-			out, err = t.db.GetItem(ctx, &dynamodb.GetItemInput{TableName: aws.String(t.table), Key: t.keyOf(h.key, h.ns)})
-			if err == nil {
-				it = out.Item
-			}
-		}
-		if err != nil {
-			if ctx.Err() != nil {
-				return nil, t.giveUp(ctx, h, row, start, ctx.Err())
-			}
-			if classify(err) == errFatal {
-				t.withdraw(ctx, h)
-				return nil, fmt.Errorf("lockcore: ticket lock %q: %w", h.key, err)
-			}
-			if err := sleep(ctx, bo.next()); err != nil {
-				return nil, t.giveUp(ctx, h, row, start, err)
-			}
-			continue
-		}
-		now = t.cfg.clock.Now()
-		rtt = (3*rtt + max(now.Sub(send), time.Millisecond)) / 4
-		next := parseTicketRow(it, h.wattr)
-		if consistent && next.serving < h.ticket {
-			lastBefore = send
-		}
-		if next.life == row.life {
-			pc.read(send, next.serving-row.serving, t.pacing.turn(pk, rtt, pc.pace), rtt)
-		} else {
-			pc.restart(send)
-		}
-		if next.serving != obs.serving || next.rev != obs.rev {
-			obs = seen{serving: next.serving, rev: next.rev, at: now}
-		}
-		row, rowConsistent = next, consistent
-	}
-	served = true
 	return t.enter(ctx, h, row, lastBefore, ac, start)
 }
+
+// ticketLine is the TicketLock's wait line: the row <ns>#ticket.
+type ticketLine struct {
+	t *TicketLock
+	h *ticketHold
+}
+
+func (l ticketLine) parse(it item) ticketRow { return parseTicketRow(it, l.h.wattr) }
+
+func (l ticketLine) gone(r ticketRow) bool { return !r.exists || r.life != l.h.life }
+
+// skippable: the served ticket was withdrawn — only on a view that shows it issued: an
+// eventually consistent read may show the row before it was, and an uncontended take
+// does not bump rev, so the skip's condition would still hold against a live holder —
+// or its owner stopped heartbeating for a full lease.
+func (l ticketLine) skippable(r ticketRow, obs observer, now time.Time) (bool, bool) {
+	if !r.servedEntry && r.serving <= r.next {
+		return true, false
+	}
+	return obs.leaseID == servedKey(r) && obs.rev == r.rev && now.Sub(obs.since) >= r.servedLease(), true
+}
+
+func (l ticketLine) skip(ctx context.Context, r ticketRow, stalled bool) bool {
+	wattr := ""
+	if stalled {
+		wattr = r.waiters[r.serving]
+	}
+	if !l.t.skip(ctx, l.h.key, l.h.ns, r, wattr) {
+		return false
+	}
+	if stalled {
+		l.h.skippedStalled = true
+	}
+	return true
+}
+
+func (l ticketLine) wallDeadline(ticketRow) (time.Time, bool) { return time.Time{}, false }
+
+func (l ticketLine) read(ctx context.Context, consistent bool) (item, error) {
+	if consistent {
+		return l.t.read(ctx, l.h.key, l.h.ns)
+	}
+	return readEventually(ctx, l.t.db, l.t.table, l.t.keyOf(l.h.key, l.h.ns))
+}
+
+func (l ticketLine) withdraw(ctx context.Context) { l.t.withdraw(ctx, l.h) }
 
 // enter makes a served ticket a lease: its validity counts from lastBefore, the send time
 // of the last read that still showed an earlier ticket served (refreshed at once if much
@@ -596,12 +524,7 @@ func (t *TicketLock) enter(ctx context.Context, h *ticketHold, row ticketRow, la
 // giveUp withdraws the ticket and explains why the wait ended (cause nil: the wait
 // policy's time ran out).
 func (t *TicketLock) giveUp(ctx context.Context, h *ticketHold, row ticketRow, start time.Time, cause error) error {
-	t.withdraw(ctx, h)
-	waited := t.cfg.clock.Now().Sub(start)
-	if cause != nil && ctx.Err() == nil && !errors.Is(cause, context.Canceled) && !errors.Is(cause, context.DeadlineExceeded) {
-		return cause
-	}
-	return &HeldError{Key: h.key, Holder: row.holder(), Waited: waited, TimedOut: cause == nil, Cause: cause}
+	return giveUp(ctx, ticketLine{t, h}, lineWait{cfg: t.cfg, key: h.key, start: start}, row, cause)
 }
 
 // withdraw gives up a ticket: it removes the ticket's entry while the ticket is not

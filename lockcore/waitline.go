@@ -1,0 +1,206 @@
+package lockcore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+)
+
+// The wait line of a lock row, shared by the Mutex and the TicketLock (docs/protocol.md
+// §3, "wait"): a waiter holding ticket t reads the row until serving = t, skips a served
+// ticket that was withdrawn or whose holder stopped heartbeating for its lease, and gives
+// its ticket up when its wait policy's time runs out. What differs between the two is
+// where the line's fields live on the row and how a skip is written: a lineLayout.
+
+// lineRow is a parsed lock row as the wait line sees it.
+type lineRow interface {
+	line() ticketRow            // the fields every wait line has
+	servedLease() time.Duration // the lease of the served ticket
+	sharedHold() time.Duration  // the hold time the lock's holders publish (0: none)
+	holder() *Holder            // the served ticket's holder, for a HeldError
+}
+
+func (r ticketRow) line() ticketRow { return r }
+
+// servedLease is the lease every client of a TicketLock uses, recorded on the row.
+func (r ticketRow) servedLease() time.Duration { return time.Duration(r.leaseMs) * time.Millisecond }
+
+// sharedHold: TicketLock holders publish no hold time.
+func (r ticketRow) sharedHold() time.Duration { return 0 }
+
+// lineLayout is what a wait line needs of its strategy.
+type lineLayout[R lineRow] interface {
+	// parse reads a row as returned by DynamoDB (nil: no row).
+	parse(it item) R
+	// gone reports whether r does not show the line our ticket was issued in (no row,
+	// another life, another format).
+	gone(r R) bool
+	// skippable reports whether the served ticket of r may be skipped now, and whether
+	// because its holder stalled (obs: what this client saw of the served ticket).
+	skippable(r R, obs observer, now time.Time) (ok, stalled bool)
+	// skip moves serving past the served ticket of r, conditioned on the row being as
+	// read; it reports whether the write succeeded.
+	skip(ctx context.Context, r R, stalled bool) bool
+	// wallDeadline is the wall-clock moment the served ticket may be skipped (ok false:
+	// only observation decides).
+	wallDeadline(r R) (at time.Time, ok bool)
+	// read reads the row, strongly consistent or not.
+	read(ctx context.Context, consistent bool) (item, error)
+	// withdraw gives our ticket up (or passes the lock on if it was just served).
+	withdraw(ctx context.Context)
+}
+
+// lineWait is one wait in a line.
+type lineWait struct {
+	cfg    *config
+	pacing *pacing
+	pk     string // the lock in pacing memory
+	key    string // the lock's key, for errors
+	what   string // the lock kind, for errors ("acquire", "ticket lock")
+	ticket int64
+	ac     *acquireConfig
+	start  time.Time // when the acquisition began
+	obs    *observer // what this client saw of the served ticket
+}
+
+// servedKey names the served ticket of a row in the observation memory.
+func servedKey(r ticketRow) string { return r.life + "\x00" + strconv.FormatInt(r.serving, 10) }
+
+// seeServed records an observation of r's served ticket in obs.
+func seeServed[R lineRow](obs *observer, r R, now time.Time) {
+	b := r.line()
+	obs.see(&Holder{LeaseID: servedKey(b), Rev: b.rev, Lease: r.servedLease()}, now)
+}
+
+// waitTurn reads the row (as it was at sent: row) until our ticket is served in the
+// life it was issued in, and returns that row and lastBefore, the send time of the last
+// request whose answer showed an earlier ticket served: the lease's validity counts from
+// it. It returns errTicketSkipped when our ticket was skipped or the row is gone, and
+// the wait policy's or the context's end as giveUp explains it (our ticket withdrawn).
+//
+// In only by our ticket served in the life it was issued in: an eventually consistent
+// read may return the row of an earlier life (before TTL removed it) with our number
+// served, and its fence epoch would make our token lower than the last holder's.
+func waitTurn[R lineRow](ctx context.Context, ly lineLayout[R], w lineWait, row R, sent time.Time) (R, time.Time, error) {
+	clock := w.cfg.clock
+	lastBefore := sent
+	rtt := max(clock.Now().Sub(sent), time.Millisecond)
+	pc := newPacer(w.pacing, w.pk, sent)
+	if w.ac.urgent {
+		pc.reach = minReach
+	}
+	served := false
+	defer func() { pc.done(w.pacing, w.pk, served) }()
+	seeServed(w.obs, row, clock.Now())
+	bo := backoff{base: w.cfg.backoffBase, cap: w.cfg.backoffCap}
+	rowConsistent := true // row came from a strongly consistent read (or the take)
+	confirm := false      // the wait's time ran out on an eventually consistent view
+	for {
+		b := row.line()
+		gone := ly.gone(row)
+		if !gone && b.serving == w.ticket {
+			break
+		}
+		now := clock.Now()
+		if (gone && rowConsistent) || (!gone && b.serving > w.ticket) {
+			return row, lastBefore, errTicketSkipped
+		}
+		ok, stalled := false, false
+		if !gone {
+			ok, stalled = ly.skippable(row, *w.obs, now)
+		}
+		switch {
+		case gone:
+			// An eventually consistent read may show the row before our ticket was
+			// issued, or an earlier life's: look again, consistently, before giving the
+			// ticket up.
+		case ok:
+			if !ly.skip(ctx, row, stalled) {
+				if err := sleep(ctx, bo.next()); err != nil {
+					return row, lastBefore, giveUp(ctx, ly, w, row, err)
+				}
+			}
+		default:
+			waited := now.Sub(w.start)
+			p := w.ac.wait
+			if !p.forever && waited >= p.max {
+				if !rowConsistent && !confirm {
+					// An eventually consistent view may be old: the line it shows may
+					// have moved on to our ticket. The time runs out on what a
+					// consistent read shows, taken at once.
+					confirm = true
+					break
+				}
+				return row, lastBefore, giveUp(ctx, ly, w, row, nil)
+			}
+			turn := w.pacing.turnShared(w.pk, rtt, pc.pace, row.sharedHold())
+			d := pc.delay(now, w.ticket-b.serving, rtt, turn)
+			// Never sleep past the moment the served ticket could be skipped, and look
+			// often enough that the takeover clock starts soon after the holder's last
+			// heartbeat (see watchEvery).
+			lease := max(row.servedLease(), time.Millisecond)
+			skipAt := w.obs.since.Add(lease)
+			if at, ok := ly.wallDeadline(row); ok {
+				skipAt = at
+			}
+			d = min(d, watchEvery(lease), skipAt.Sub(now)+time.Millisecond)
+			d = max(d, w.ac.pollFloor(lease))
+			if !p.forever {
+				d = min(d, p.max-waited)
+			}
+			if err := sleep(ctx, max(d, time.Millisecond)); err != nil {
+				return row, lastBefore, giveUp(ctx, ly, w, row, err)
+			}
+		}
+		// Only the next in line reads strongly consistently; waiters further back read
+		// eventually consistent (half the RCU) and only time their next read by it. Such
+		// a read shows a state the row really had, so the skips it may lead to stay safe
+		// (each is conditioned on the row as observed), but it may be old, so it never
+		// moves lastBefore.
+		send := clock.Now()
+		consistent := w.ticket-b.serving <= 1 || gone || confirm
+		it, err := ly.read(ctx, consistent)
+		if err != nil {
+			if ctx.Err() != nil {
+				return row, lastBefore, giveUp(ctx, ly, w, row, ctx.Err())
+			}
+			if classify(err) == errFatal {
+				ly.withdraw(ctx)
+				return row, lastBefore, fmt.Errorf("lockcore: %s %q: %w", w.what, w.key, err)
+			}
+			if err := sleep(ctx, bo.next()); err != nil {
+				return row, lastBefore, giveUp(ctx, ly, w, row, err)
+			}
+			continue
+		}
+		now = clock.Now()
+		rtt = (3*rtt + max(now.Sub(send), time.Millisecond)) / 4
+		next := ly.parse(it)
+		nb := next.line()
+		if consistent && nb.serving < w.ticket {
+			lastBefore = send
+		}
+		if nb.life == b.life {
+			pc.read(send, nb.serving-b.serving, w.pacing.turnShared(w.pk, rtt, pc.pace, next.sharedHold()), rtt)
+		} else {
+			pc.restart(send)
+		}
+		seeServed(w.obs, next, now)
+		row, rowConsistent = next, consistent
+	}
+	served = true
+	return row, lastBefore, nil
+}
+
+// giveUp withdraws the ticket and explains why the wait ended (cause nil: the wait
+// policy's time ran out).
+func giveUp[R lineRow](ctx context.Context, ly lineLayout[R], w lineWait, row R, cause error) error {
+	ly.withdraw(ctx)
+	waited := w.cfg.clock.Now().Sub(w.start)
+	if cause != nil && ctx.Err() == nil && !errors.Is(cause, context.Canceled) && !errors.Is(cause, context.DeadlineExceeded) {
+		return cause
+	}
+	return &HeldError{Key: w.key, Holder: row.holder(), Waited: waited, TimedOut: cause == nil, Cause: cause}
+}
