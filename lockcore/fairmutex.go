@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/expression"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 )
 
@@ -729,37 +730,12 @@ func (m *Mutex) enter(ctx context.Context, h *mutexHold, row mutexRow, lastBefor
 		valid = minTime(valid, now.Add(time.UnixMilli(row.hUntil).Sub(now)).Add(-ac.lease))
 	}
 	l := newLease(h, m.cfg, ac.lease, h.key, h.ns, h.leaseID(), 0, valid)
-	// The lease is not the caller's until enter returns it: a renewal that finds it
-	// skipped, or the release after a failed epoch, reports no lease event.
-	obs := l.observer
-	l.observer = nil
 	h.forced.see(row.ticketRow) // row shows our ticket served (see settleRelease)
-	if l.Remaining() < ac.lease/2 || m.cfg.ttlTooEarly(m.rowTTL(row), ac.lease+m.cfg.ttlGrace) {
-		if err := l.Renew(ctx); err != nil {
-			if errors.Is(err, ErrLeaseLost) {
-				return nil, errTicketSkipped
-			}
-			return nil, m.giveUp(ctx, h, row, start, err)
-		}
-	}
-	epoch, ok := row.epoch, row.hasEpoch
-	if !ok {
-		var err error
-		if epoch, err = m.startEpoch(ctx, h); err != nil {
-			rctx, cancel := detached(ctx)
-			_ = l.Release(rctx)
-			cancel()
-			if errors.Is(err, ErrLeaseLost) {
-				return nil, errTicketSkipped
-			}
-			return nil, err
-		}
-	}
-	l.token = makeFence(epoch, h.ticket)
-	h.since, h.shared = m.cfg.clock.Now(), row.holdMs
-	l.observer = obs
-	l.startHeartbeat(ctx, ac.heartbeat)
-	return l, nil
+	renew := l.Remaining() < ac.lease/2 || m.cfg.ttlTooEarly(m.rowTTL(row), ac.lease+m.cfg.ttlGrace)
+	return enterLine(ctx, l, row.ticketRow, h.ticket, renew, ac,
+		func(ctx context.Context) (int64, error) { return m.startEpoch(ctx, h) },
+		func(err error) error { return m.giveUp(ctx, h, row, start, err) },
+		func() { h.since, h.shared = m.cfg.clock.Now(), row.holdMs })
 }
 
 func minTime(a, b time.Time) time.Time {
@@ -778,117 +754,56 @@ func (m *Mutex) giveUp(ctx context.Context, h *mutexHold, row mutexRow, start ti
 // withdraw gives up a ticket: it removes the ticket's entries while the ticket is not
 // served yet, or releases it if it just was.
 func (m *Mutex) withdraw(ctx context.Context, h *mutexHold) {
-	ctx, cancel := detached(ctx)
-	defer cancel()
 	e := expr(expression.NewBuilder().
 		WithCondition(expression.And(
 			expression.LessThan(name(attrServing), name(h.wattr)),
 			expression.Equal(name(attrLife), value(h.life)))).
 		WithUpdate(endEntry(expression.Remove(name(h.dattr)), h.wattr, h.tomb, m.cfg.clock.Now())))
-	// Keep trying while the detached context lasts (5 s): a waiter cut off from DynamoDB
-	// for longer leaves its ticket behind, and it is skipped after a lease.
-	bo := backoff{base: 50 * time.Millisecond, cap: 500 * time.Millisecond}
-	for {
-		_, err := m.db.UpdateItem(ctx, conditionalUpdate(m.table, m.keyOf(h.key, h.ns), e, types.ReturnValueNone), noSDKRetry)
-		switch {
-		case err == nil:
-			return
-		case classify(err) == errCondition:
-			old, ok := conditionOld(err)
-			if !ok {
-				old, _ = m.read(ctx, h.key, h.ns)
-			}
+	withdrawal(ctx, m.db, m.table, m.keyOf(h.key, h.ns), e,
+		func(ctx context.Context) (item, error) { return m.read(ctx, h.key, h.ns) },
+		func(ctx context.Context, old item) {
 			row := parseMutexRow(old, h.wattr)
 			if row.format == fmtFair && row.life == h.life && row.ownEntry && row.serving == row.ownTicket {
 				l := &Lease{key: h.key, namespace: h.ns, id: h.leaseID(), owner: m.cfg.owner, clock: m.cfg.clock, duration: m.cfg.lease}
-				_ = h.release(ctx, l) // served meanwhile: pass it on
+				_ = h.release(ctx, l)
 			}
-			return
-		case classify(err) == errFatal:
-			return
-		}
-		if sleep(ctx, bo.next()) != nil {
-			return
-		}
-	}
+		})
 }
 
 // withdrawUnknown withdraws a ticket request whose outcome is unknown: a tombstone if it
 // has not landed (so that it never will), the ticket's withdrawal if it has (see the
 // tombstones of TicketLock).
 func (m *Mutex) withdrawUnknown(ctx context.Context, h *mutexHold) {
-	rctx, cancel := detached(ctx)
-	defer cancel()
 	now := m.cfg.clock.Now()
 	e := expr(expression.NewBuilder().
 		WithCondition(expression.AttributeNotExists(name(h.wattr))).
 		WithUpdate(expression.Set(name(h.wattr), value(tombstone(now))).
 			Set(name(m.cfg.names.TTL), expression.IfNotExists(name(m.cfg.names.TTL), value(m.cfg.ttlAt(now, m.cfg.lease+m.cfg.ttlGrace))))))
-	bo := backoff{base: 50 * time.Millisecond, cap: 500 * time.Millisecond}
-	for { // while rctx lasts (5 s), as withdraw
-		_, err := m.db.UpdateItem(rctx, conditionalUpdate(m.table, m.keyOf(h.key, h.ns), e, types.ReturnValueNone), noSDKRetry)
-		switch {
-		case err == nil:
-			return
-		case classify(err) == errCondition:
-			old, ok := conditionOld(err)
-			if !ok {
-				if old, err = m.read(rctx, h.key, h.ns); err != nil {
-					return
-				}
-			}
-			row := parseMutexRow(old, h.wattr)
-			if row.ownEntry {
+	withdrawal(ctx, m.db, m.table, m.keyOf(h.key, h.ns), e,
+		func(ctx context.Context) (item, error) { return m.read(ctx, h.key, h.ns) },
+		func(ctx context.Context, old item) {
+			if row := parseMutexRow(old, h.wattr); row.ownEntry {
 				h.ticket, h.life = row.ownTicket, row.life
 				// Another copy of the request may still be on its way: leave a
 				// tombstone, not a removed entry, for it to fail on.
 				h.tomb = true
 				m.withdraw(ctx, h)
-			}
-			return // or our tombstone from an earlier attempt
-		case classify(err) == errFatal:
-			return
-		}
-		if sleep(rctx, bo.next()) != nil {
-			return
-		}
-	}
+			} // else our tombstone, from an earlier attempt
+		})
 }
 
 // startEpoch gives the row a fence epoch, for a holder that found none (the row's first
 // life, or the first after TTL deleted it).
 func (m *Mutex) startEpoch(ctx context.Context, h *mutexHold) (int64, error) {
-	epoch, err := takeEpoch(ctx, m.db, m.table, m.cfg.names, h.key, backoff{base: m.cfg.backoffBase, cap: m.cfg.backoffCap})
-	if err != nil {
-		return 0, err
-	}
-	e := expr(expression.NewBuilder().
-		WithCondition(expression.And(h.ours(), expression.AttributeNotExists(name(attrEpoch)))).
-		WithUpdate(expression.Set(name(attrEpoch), value(epoch))))
-	bo := backoff{base: m.cfg.backoffBase, cap: m.cfg.backoffCap}
-	for {
-		_, err := m.db.UpdateItem(ctx, conditionalUpdate(m.table, m.keyOf(h.key, h.ns), e, types.ReturnValueNone), noSDKRetry)
-		if err == nil {
-			return epoch, nil
-		}
-		switch classify(err) {
-		case errCondition:
-			old, ok := conditionOld(err)
-			if !ok {
-				old, _ = m.read(ctx, h.key, h.ns)
-			}
+	return startEpoch(ctx, m.db, m.cfg, m.table, "acquire", h.key, m.keyOf(h.key, h.ns), h.ours(),
+		func(ctx context.Context) (item, error) { return m.read(ctx, h.key, h.ns) },
+		func(old item) (int64, error) {
 			row := parseMutexRow(old, h.wattr)
 			if row.format == fmtFair && row.ownEntry && row.serving == row.ownTicket && row.hasEpoch {
 				return row.epoch, nil // set by our earlier attempt, or by a holder before us
 			}
 			return 0, &LeaseError{Op: "acquire", Key: h.key, LeaseID: h.leaseID(), Current: row.holder(), Err: ErrLeaseLost}
-		case errFatal:
-			return 0, fmt.Errorf("lockcore: acquire %q: set fence epoch: %w", h.key, err)
-		}
-		if serr := sleep(ctx, bo.next()); serr != nil {
-			return 0, fmt.Errorf("lockcore: acquire %q: set fence epoch: %w (last error: %v)", h.key, serr, err)
-		}
-	}
+		})
 }
 
 // failure explains a failed owner-checked write of the ticket format from the row that
@@ -921,27 +836,29 @@ func (h *mutexHold) renew(ctx context.Context, l *Lease) error {
 	// (a handoff from a holder with a longer lease, a clock stepped back), the renewal
 	// keeps it (keepUntil).
 	keepUntil, flips := false, 0
-	for {
-		now := m.cfg.clock.Now()
-		until := now.Add(l.duration).UnixMilli()
-		later := expression.Or(
-			expression.AttributeNotExists(name(attrHUntil)),
-			expression.NotEqual(name(attrHFor), name(attrServing)),
-			expression.LessThanEqual(name(attrHUntil), value(until)))
-		upd := expression.Add(name(attrRev), value(1)).
-			Set(name(attrHFor), name(attrServing)).
-			Set(name(attrHOwner), value(l.owner)).
-			Set(name(h.m.cfg.names.TTL), value(m.cfg.ttlAt(now, l.duration+m.cfg.ttlGrace)))
-		cond := expression.And(h.ours(), later)
-		if keepUntil {
-			cond = expression.And(h.ours(), expression.Not(later))
-		} else {
-			upd = upd.Set(name(attrHUntil), value(until))
-		}
-		e := expr(expression.NewBuilder().WithCondition(cond).WithUpdate(upd))
-		out, err := m.db.UpdateItem(ctx, conditionalUpdate(m.table, m.keyOf(h.key, h.ns), e, types.ReturnValueAllNew), noSDKRetry)
-		switch {
-		case err == nil:
+	var until int64
+	return holderWrite(ctx, m.cfg, "renew", h.key,
+		func(ctx context.Context) (*dynamodb.UpdateItemOutput, error) {
+			now := m.cfg.clock.Now()
+			until = now.Add(l.duration).UnixMilli()
+			later := expression.Or(
+				expression.AttributeNotExists(name(attrHUntil)),
+				expression.NotEqual(name(attrHFor), name(attrServing)),
+				expression.LessThanEqual(name(attrHUntil), value(until)))
+			upd := expression.Add(name(attrRev), value(1)).
+				Set(name(attrHFor), name(attrServing)).
+				Set(name(attrHOwner), value(l.owner)).
+				Set(name(h.m.cfg.names.TTL), value(m.cfg.ttlAt(now, l.duration+m.cfg.ttlGrace)))
+			cond := expression.And(h.ours(), later)
+			if keepUntil {
+				cond = expression.And(h.ours(), expression.Not(later))
+			} else {
+				upd = upd.Set(name(attrHUntil), value(until))
+			}
+			e := expr(expression.NewBuilder().WithCondition(cond).WithUpdate(upd))
+			return m.db.UpdateItem(ctx, conditionalUpdate(m.table, m.keyOf(h.key, h.ns), e, types.ReturnValueAllNew), noSDKRetry)
+		},
+		func(out *dynamodb.UpdateItemOutput) error {
 			m.cfg.observeServer(out.ResultMetadata)
 			// Waiters take over after the ticket's lease as the row records it, which
 			// the acquisition set: an attached handle's client may use a longer one.
@@ -953,39 +870,26 @@ func (h *mutexHold) renew(ctx context.Context, l *Lease) error {
 				l.renewsFor(0)
 			}
 			return nil
-		case classify(err) == errCondition:
-			old, ok := conditionOld(err)
-			if !ok {
-				var rerr error
-				if old, rerr = m.read(ctx, h.key, h.ns); rerr != nil {
-					return fmt.Errorf("lockcore: renew %q: condition failed and re-read failed: %w", l.key, rerr)
-				}
-			}
+		},
+		func(ctx context.Context) (item, error) { return m.read(ctx, h.key, h.ns) },
+		func(ctx context.Context, old item, _ bool) (bool, error) {
 			row := parseMutexRow(old, h.wattr)
 			if row.format == fmtFair && row.ownEntry && row.serving == row.ownTicket {
 				// Still ours: the variant that fits the recorded end.
 				keepUntil = row.hFor == row.serving && row.hUntil > until
 				if flips++; flips > 2 {
 					if serr := sleep(ctx, bo.next()); serr != nil {
-						return fmt.Errorf("lockcore: renew %q: %w", h.key, serr)
+						return false, fmt.Errorf("lockcore: renew %q: %w", h.key, serr)
 					}
 				}
-				continue
+				return true, nil
 			}
 			legacy, ferr := h.failure("renew", l, row)
 			if legacy {
-				return m.renew(ctx, l)
+				return false, m.renew(ctx, l)
 			}
-			return ferr
-		case classify(err) == errFatal:
-			return fmt.Errorf("lockcore: renew %q: %w", h.key, err)
-		}
-		// Throttled or ambiguous: only a call that certainly succeeded may extend the
-		// local validity, so try again.
-		if serr := sleep(ctx, bo.next()); serr != nil {
-			return fmt.Errorf("lockcore: renew %q: %w (last error: %v)", h.key, serr, err)
-		}
-	}
+			return false, ferr
+		})
 }
 
 // release implements leaseOps: it serves the next ticket. When no later ticket was
@@ -1006,60 +910,51 @@ func (h *mutexHold) release(ctx context.Context, l *Lease) error {
 			shared = max((7*h.shared+3*shared)/10, 1)
 		}
 	}
-	bo := backoff{base: m.cfg.backoffBase, cap: m.cfg.backoffCap}
-	uncertain := false
 	idle := h.ticket == 0 || h.next <= h.ticket
-	for {
-		now := m.cfg.clock.Now()
-		upd := expression.Set(name(attrServing), expression.Plus(name(attrServing), value(1))).
-			Set(name(attrRel), name(attrServing)).
-			Add(name(attrRev), value(1)).
-			Remove(name(h.dattr)).
-			Remove(name(attrHOwner))
-		upd = endEntry(upd, h.wattr, h.tomb, now)
-		if shared > 0 {
-			upd = upd.Set(name(attrHoldMs), value(shared))
-		}
-		for _, tomb := range h.gc {
-			upd = upd.Remove(name(tomb))
-		}
-		var cond expression.ConditionBuilder
-		if idle {
-			cond = expression.And(h.ours(), expression.Equal(name(attrFence), name(h.wattr)))
-			upd = upd.Remove(name(attrHFor)).Remove(name(attrHUntil)).Remove(name(attrHSince)).
-				Set(name(h.m.cfg.names.TTL), value(m.cfg.ttlAt(now, m.cfg.retention)))
-		} else {
-			cond = expression.And(h.ours(), expression.GreaterThan(name(attrFence), name(h.wattr)))
-			upd = upd.Set(name(attrHFor), expression.Plus(name(attrServing), value(1))).
-				Set(name(attrHUntil), value(now.Add(l.duration).UnixMilli())).
-				Set(name(attrHSince), value(now.UnixMilli())).
-				Set(name(h.m.cfg.names.TTL), value(m.cfg.ttlAt(now, max(l.duration, m.cfg.lease)+m.cfg.ttlGrace)))
-		}
-		e := expr(expression.NewBuilder().WithCondition(cond).WithUpdate(upd))
-		_, err := m.db.UpdateItem(ctx, conditionalUpdate(m.table, m.keyOf(h.key, h.ns), e, types.ReturnValueNone), noSDKRetry)
-		if err == nil {
-			return nil
-		}
-		switch classify(err) {
-		case errCondition:
-			old, ok := conditionOld(err)
-			if !ok {
-				var rerr error
-				if old, rerr = m.read(ctx, h.key, h.ns); rerr != nil {
-					return fmt.Errorf("lockcore: release %q: condition failed and re-read failed: %w", h.key, rerr)
-				}
+	return holderWrite(ctx, m.cfg, "release", h.key,
+		func(ctx context.Context) (*dynamodb.UpdateItemOutput, error) {
+			now := m.cfg.clock.Now()
+			upd := expression.Set(name(attrServing), expression.Plus(name(attrServing), value(1))).
+				Set(name(attrRel), name(attrServing)).
+				Add(name(attrRev), value(1)).
+				Remove(name(h.dattr)).
+				Remove(name(attrHOwner))
+			upd = endEntry(upd, h.wattr, h.tomb, now)
+			if shared > 0 {
+				upd = upd.Set(name(attrHoldMs), value(shared))
 			}
+			for _, tomb := range h.gc {
+				upd = upd.Remove(name(tomb))
+			}
+			var cond expression.ConditionBuilder
+			if idle {
+				cond = expression.And(h.ours(), expression.Equal(name(attrFence), name(h.wattr)))
+				upd = upd.Remove(name(attrHFor)).Remove(name(attrHUntil)).Remove(name(attrHSince)).
+					Set(name(h.m.cfg.names.TTL), value(m.cfg.ttlAt(now, m.cfg.retention)))
+			} else {
+				cond = expression.And(h.ours(), expression.GreaterThan(name(attrFence), name(h.wattr)))
+				upd = upd.Set(name(attrHFor), expression.Plus(name(attrServing), value(1))).
+					Set(name(attrHUntil), value(now.Add(l.duration).UnixMilli())).
+					Set(name(attrHSince), value(now.UnixMilli())).
+					Set(name(h.m.cfg.names.TTL), value(m.cfg.ttlAt(now, max(l.duration, m.cfg.lease)+m.cfg.ttlGrace)))
+			}
+			e := expr(expression.NewBuilder().WithCondition(cond).WithUpdate(upd))
+			return m.db.UpdateItem(ctx, conditionalUpdate(m.table, m.keyOf(h.key, h.ns), e, types.ReturnValueNone), noSDKRetry)
+		},
+		func(*dynamodb.UpdateItemOutput) error { return nil },
+		func(ctx context.Context) (item, error) { return m.read(ctx, h.key, h.ns) },
+		func(ctx context.Context, old item, uncertain bool) (bool, error) {
 			row := parseMutexRow(old, h.wattr)
 			if o := row.details[row.ownTicket].owner; row.ownEntry && row.serving == row.ownTicket && (o == "" || o == l.owner) {
 				idle = !idle // still ours: the other variant fits (a ticket was issued meanwhile)
-				continue
+				return true, nil
 			}
 			legacy, ferr := h.failure("release", l, row)
 			switch {
 			case legacy:
-				return m.release(ctx, l)
+				return false, m.release(ctx, l)
 			case errors.Is(ferr, ErrNotOwner):
-				return ferr
+				return false, ferr
 			}
 			// Our ticket was passed: by our earlier attempt, if one may have landed, or by
 			// a skip or a force-release. Later holders may have released since (rel names
@@ -1069,20 +964,12 @@ func (h *mutexHold) release(ctx context.Context, l *Lease) error {
 			switch settleRelease(row.ticketRow, releaseSettle{uncertain: uncertain, ticket: h.ticket, life: h.life,
 				leaseID: l.id, token: l.token, valid: l.Remaining() > 0, mark: &h.forced}) {
 			case releaseLanded:
-				return nil
+				return false, nil
 			case releaseUnknown:
-				return &LeaseError{Op: "release", Key: h.key, LeaseID: l.id, Current: row.holder(), Err: errLostUnknown}
+				return false, &LeaseError{Op: "release", Key: h.key, LeaseID: l.id, Current: row.holder(), Err: errLostUnknown}
 			}
-			return ferr
-		case errFatal:
-			return fmt.Errorf("lockcore: release %q: %w", h.key, err)
-		case errAmbiguous:
-			uncertain = true
-		}
-		if serr := sleep(ctx, bo.next()); serr != nil {
-			return fmt.Errorf("lockcore: release %q: %w (last error: %v)", h.key, serr, err)
-		}
-	}
+			return false, ferr
+		})
 }
 
 // rowTTL is the row's TTL attribute (epoch seconds; 0 if absent).

@@ -1061,39 +1061,21 @@ func (il *ItemLocker) giveUp(ctx context.Context, h *itemHold, leaseID string, s
 // withdraw gives up a ticket: it removes our entry while the ticket is not served, or
 // passes the item on if it just was (handed over, or claimed by our own skip).
 func (il *ItemLocker) withdraw(ctx context.Context, h *itemHold, leaseID string) {
-	ctx, cancel := detached(ctx)
-	defer cancel()
-	a := il.attrs
 	e := expr(expression.NewBuilder().
 		WithCondition(expression.And(
-			expression.LessThan(name(a.Serving), value(h.ticket)),
+			expression.LessThan(name(il.attrs.Serving), value(h.ticket)),
 			expression.AttributeExists(il.waiterPath(h.wid)))).
 		WithUpdate(h.withdrawal()))
-	bo := backoff{base: 50 * time.Millisecond, cap: 500 * time.Millisecond}
-	for {
-		_, err := il.db.UpdateItem(ctx, conditionalUpdate(il.table, h.key, e, types.ReturnValueNone), noSDKRetry)
-		switch {
-		case err == nil:
-			return
-		case classify(err) == errCondition:
-			old, ok := conditionOld(err)
-			if !ok {
-				old, _ = il.read(ctx, h.key)
-			}
+	withdrawal(ctx, il.db, il.table, h.key, e,
+		func(ctx context.Context) (item, error) { return il.read(ctx, h.key) },
+		func(ctx context.Context, old item) {
 			st := il.state(old, h.wid)
 			l := &Lease{key: h.label, id: leaseID, owner: il.cfg.owner, clock: il.cfg.clock, duration: il.cfg.lease}
 			if h.ownsState(l, st) {
 				h.next = st.next
-				_ = h.release(ctx, l) // served meanwhile: pass it on
+				_ = h.release(ctx, l)
 			}
-			return
-		case classify(err) == errFatal:
-			return
-		}
-		if sleep(ctx, bo.next()) != nil {
-			return
-		}
-	}
+		})
 }
 
 // entomb writes the tombstone of a claim take that landed after an ambiguous attempt

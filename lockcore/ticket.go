@@ -12,6 +12,7 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/expression"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 )
 
@@ -488,37 +489,11 @@ func (t *TicketLock) enter(ctx context.Context, h *ticketHold, row ticketRow, la
 	// entry, not the owner, and the Inspector shows the entry id (LeaseSuffix), so that
 	// a lease id in a holder's logs can be matched to the lock's "ticket N".
 	l := newLease(h, t.cfg, ac.lease, h.key, h.ns, t.cfg.owner+nsSeparator+strings.TrimPrefix(h.wattr, waiterPrefix), 0, lastBefore)
-	// The lease is not the caller's until enter returns it: a renewal that finds it
-	// skipped, or the release after a failed epoch, reports no lease event.
-	obs := l.observer
-	l.observer = nil
 	h.forced.see(row) // row shows our ticket served (see settleRelease)
-	if l.Remaining() < ac.lease/2 {
-		if err := l.Renew(ctx); err != nil {
-			if errors.Is(err, ErrLeaseLost) {
-				return nil, errTicketSkipped
-			}
-			return nil, t.giveUp(ctx, h, row, start, err)
-		}
-	}
-	epoch, ok := row.epoch, row.hasEpoch
-	if !ok {
-		var err error
-		if epoch, err = t.startEpoch(ctx, h); err != nil {
-			rctx, cancel := detached(ctx)
-			_ = l.Release(rctx)
-			cancel()
-			if errors.Is(err, ErrLeaseLost) {
-				return nil, errTicketSkipped
-			}
-			return nil, err
-		}
-	}
-	l.token = makeFence(epoch, h.ticket)
-	h.since = t.cfg.clock.Now()
-	l.observer = obs
-	l.startHeartbeat(ctx, ac.heartbeat)
-	return l, nil
+	return enterLine(ctx, l, row, h.ticket, l.Remaining() < ac.lease/2, ac,
+		func(ctx context.Context) (int64, error) { return t.startEpoch(ctx, h) },
+		func(err error) error { return t.giveUp(ctx, h, row, start, err) },
+		func() { h.since = t.cfg.clock.Now() })
 }
 
 // giveUp withdraws the ticket and explains why the wait ended (cause nil: the wait
@@ -530,8 +505,7 @@ func (t *TicketLock) giveUp(ctx context.Context, h *ticketHold, row ticketRow, s
 // withdraw gives up a ticket: it removes the ticket's entry while the ticket is not
 // served yet, or releases it if it just was.
 func (t *TicketLock) withdraw(ctx context.Context, h *ticketHold) {
-	ctx, cancel := detached(ctx)
-	defer cancel()
+	now := t.cfg.clock.Now()
 	e := expr(expression.NewBuilder().
 		WithCondition(expression.And(
 			expression.LessThan(name(attrServing), value(h.ticket)),
@@ -539,33 +513,16 @@ func (t *TicketLock) withdraw(ctx context.Context, h *ticketHold) {
 			expression.AttributeExists(name(h.wattr)))).
 		// The TTL from the lock's lease (the holder's too), not this client's default: a
 		// shorter one could let TTL remove the row under a live holder.
-		WithUpdate(endEntry(expression.Set(name(t.cfg.names.TTL), value(t.expiry(t.cfg.clock.Now(), h.lease))), h.wattr, h.tomb, t.cfg.clock.Now())))
-	// Keep trying while the detached context lasts (5 s): a waiter cut off from DynamoDB
-	// for longer leaves its ticket behind, and it is skipped after a lease.
-	bo := backoff{base: 50 * time.Millisecond, cap: 500 * time.Millisecond}
-	for {
-		_, err := t.db.UpdateItem(ctx, conditionalUpdate(t.table, t.keyOf(h.key, h.ns), e, types.ReturnValueNone), noSDKRetry)
-		switch {
-		case err == nil:
-			return
-		case classify(err) == errCondition:
-			old, ok := conditionOld(err)
-			if !ok {
-				old, _ = t.read(ctx, h.key, h.ns)
-			}
+		WithUpdate(endEntry(expression.Set(name(t.cfg.names.TTL), value(t.expiry(now, h.lease))), h.wattr, h.tomb, now)))
+	withdrawal(ctx, t.db, t.table, t.keyOf(h.key, h.ns), e,
+		func(ctx context.Context) (item, error) { return t.read(ctx, h.key, h.ns) },
+		func(ctx context.Context, old item) {
 			row := parseTicketRow(old, h.wattr)
 			if row.exists && row.life == h.life && row.serving == h.ticket && row.ownEntry {
 				l := &Lease{key: h.key, namespace: h.ns, clock: t.cfg.clock, duration: h.lease}
-				_ = h.release(ctx, l) // served meanwhile: pass it on
+				_ = h.release(ctx, l)
 			}
-			return
-		case classify(err) == errFatal:
-			return
-		}
-		if sleep(ctx, bo.next()) != nil {
-			return
-		}
-	}
+		})
 }
 
 // Tombstones. A ticket request whose outcome is unknown when its waiter gives up (its
@@ -596,8 +553,6 @@ func (r ticketRow) oldTombs(now time.Time) []string {
 // withdrawUnknown withdraws a ticket request whose outcome is unknown: a tombstone if it
 // has not landed (so that it never will), the ticket's withdrawal if it has.
 func (t *TicketLock) withdrawUnknown(ctx context.Context, key, ns string, h *ticketHold) {
-	rctx, cancel := detached(ctx)
-	defer cancel()
 	now := t.cfg.clock.Now()
 	e := expr(expression.NewBuilder().
 		WithCondition(expression.AttributeNotExists(name(h.wattr))).
@@ -605,74 +560,34 @@ func (t *TicketLock) withdrawUnknown(ctx context.Context, key, ns string, h *tic
 		// failed on that); a row this creates gets one, so that TTL removes it.
 		WithUpdate(expression.Set(name(h.wattr), value(tombstone(now))).
 			Set(name(t.cfg.names.TTL), expression.IfNotExists(name(t.cfg.names.TTL), value(t.expiry(now, h.lease))))))
-	bo := backoff{base: 50 * time.Millisecond, cap: 500 * time.Millisecond}
-	for { // while rctx lasts (5 s), as withdraw
-		_, err := t.db.UpdateItem(rctx, conditionalUpdate(t.table, t.keyOf(key, ns), e, types.ReturnValueNone), noSDKRetry)
-		switch {
-		case err == nil:
-			return
-		case classify(err) == errCondition:
-			old, ok := conditionOld(err)
-			if !ok {
-				if old, err = t.read(rctx, key, ns); err != nil {
-					return
-				}
-			}
-			row := parseTicketRow(old, h.wattr)
-			if row.ownEntry {
+	withdrawal(ctx, t.db, t.table, t.keyOf(key, ns), e,
+		func(ctx context.Context) (item, error) { return t.read(ctx, key, ns) },
+		func(ctx context.Context, old item) {
+			if row := parseTicketRow(old, h.wattr); row.ownEntry {
 				h.ticket, h.life = row.ownTicket, row.life
 				// Another copy of the request may still be on its way: leave a
 				// tombstone, not a removed entry, for it to fail on.
 				h.tomb = true
 				t.withdraw(ctx, h)
-			}
-			return // or our tombstone from an earlier attempt
-		case classify(err) == errFatal:
-			return
-		}
-		if sleep(rctx, bo.next()) != nil {
-			return
-		}
-	}
+			} // else our tombstone, from an earlier attempt
+		})
 }
 
 // startEpoch gives the row a fence epoch, for a holder that found none (the row's first
 // life, or the first after TTL deleted it).
 func (t *TicketLock) startEpoch(ctx context.Context, h *ticketHold) (int64, error) {
-	epoch, err := takeEpoch(ctx, t.db, t.table, t.cfg.names, h.key, backoff{base: t.cfg.backoffBase, cap: t.cfg.backoffCap})
-	if err != nil {
-		return 0, err
-	}
-	e := expr(expression.NewBuilder().
-		WithCondition(expression.And(
-			expression.Equal(name(attrServing), value(h.ticket)),
-			expression.Equal(name(attrLife), value(h.life)),
-			expression.AttributeNotExists(name(attrEpoch)))).
-		WithUpdate(expression.Set(name(attrEpoch), value(epoch))))
-	bo := backoff{base: t.cfg.backoffBase, cap: t.cfg.backoffCap}
-	for {
-		_, err := t.db.UpdateItem(ctx, conditionalUpdate(t.table, t.keyOf(h.key, h.ns), e, types.ReturnValueNone), noSDKRetry)
-		if err == nil {
-			return epoch, nil
-		}
-		switch classify(err) {
-		case errCondition:
-			old, ok := conditionOld(err)
-			if !ok {
-				old, _ = t.read(ctx, h.key, h.ns)
-			}
+	served := expression.And(
+		expression.Equal(name(attrServing), value(h.ticket)),
+		expression.Equal(name(attrLife), value(h.life)))
+	return startEpoch(ctx, t.db, t.cfg, t.table, "ticket lock", h.key, t.keyOf(h.key, h.ns), served,
+		func(ctx context.Context) (item, error) { return t.read(ctx, h.key, h.ns) },
+		func(old item) (int64, error) {
 			row := parseTicketRow(old, h.wattr)
 			if row.exists && row.life == h.life && row.serving == h.ticket && row.hasEpoch {
 				return row.epoch, nil // set by our earlier attempt, or by a holder before us
 			}
 			return 0, &LeaseError{Op: "acquire", Key: h.key, Err: ErrLeaseLost}
-		case errFatal:
-			return 0, fmt.Errorf("lockcore: ticket lock %q: set fence epoch: %w", h.key, err)
-		}
-		if serr := sleep(ctx, bo.next()); serr != nil {
-			return 0, fmt.Errorf("lockcore: ticket lock %q: set fence epoch: %w (last error: %v)", h.key, serr, err)
-		}
-	}
+		})
 }
 
 func (t *TicketLock) read(ctx context.Context, key, ns string) (item, error) {
@@ -732,27 +647,21 @@ func (h *ticketHold) ours() expression.ConditionBuilder {
 // renew implements leaseOps: the holder's heartbeat.
 func (h *ticketHold) renew(ctx context.Context, l *Lease) error {
 	t := h.t
-	bo := backoff{base: t.cfg.backoffBase, cap: t.cfg.backoffCap}
-	for {
-		e := expr(expression.NewBuilder().WithCondition(h.ours()).WithUpdate(
-			expression.Add(name(attrRev), value(1)).
-				Set(name(h.t.cfg.names.TTL), value(t.expiry(t.cfg.clock.Now(), l.duration)))))
-		out, err := t.db.UpdateItem(ctx, conditionalUpdate(t.table, t.keyOf(h.key, h.ns), e, types.ReturnValueNone), noSDKRetry)
-		switch {
-		case err == nil:
+	return holderWrite(ctx, t.cfg, "renew", h.key,
+		func(ctx context.Context) (*dynamodb.UpdateItemOutput, error) {
+			e := expr(expression.NewBuilder().WithCondition(h.ours()).WithUpdate(
+				expression.Add(name(attrRev), value(1)).
+					Set(name(h.t.cfg.names.TTL), value(t.expiry(t.cfg.clock.Now(), l.duration)))))
+			return t.db.UpdateItem(ctx, conditionalUpdate(t.table, t.keyOf(h.key, h.ns), e, types.ReturnValueNone), noSDKRetry)
+		},
+		func(out *dynamodb.UpdateItemOutput) error {
 			t.cfg.observeServer(out.ResultMetadata)
 			return nil
-		case classify(err) == errCondition:
-			return &LeaseError{Op: "renew", Key: h.key, LeaseID: l.id, Err: ErrLeaseLost}
-		case classify(err) == errFatal:
-			return fmt.Errorf("lockcore: renew %q: %w", h.key, err)
-		}
-		// Throttled or ambiguous: only a call that certainly succeeded may extend the
-		// local validity, so try again.
-		if serr := sleep(ctx, bo.next()); serr != nil {
-			return fmt.Errorf("lockcore: renew %q: %w (last error: %v)", h.key, serr, err)
-		}
-	}
+		},
+		nil,
+		func(context.Context, item, bool) (bool, error) {
+			return false, &LeaseError{Op: "renew", Key: h.key, LeaseID: l.id, Err: ErrLeaseLost}
+		})
 }
 
 // release implements leaseOps: it serves the next ticket.
@@ -761,48 +670,31 @@ func (h *ticketHold) release(ctx context.Context, l *Lease) error {
 	if !h.since.IsZero() {
 		t.pacing.held(h.key+"\x00"+h.ns, t.cfg.clock.Now().Sub(h.since))
 	}
-	bo := backoff{base: t.cfg.backoffBase, cap: t.cfg.backoffCap}
-	uncertain := false
-	for {
-		upd := endEntry(expression.Set(name(attrServing), value(h.ticket+1)).
-			Set(name(attrRel), value(h.ticket)).
-			Set(name(h.t.cfg.names.TTL), value(t.expiry(t.cfg.clock.Now(), l.duration))).
-			Add(name(attrRev), value(1)), h.wattr, h.tomb, t.cfg.clock.Now())
-		for _, tomb := range h.gc {
-			upd = upd.Remove(name(tomb))
-		}
-		e := expr(expression.NewBuilder().WithCondition(h.ours()).WithUpdate(upd))
-		_, err := t.db.UpdateItem(ctx, conditionalUpdate(t.table, t.keyOf(h.key, h.ns), e, types.ReturnValueNone), noSDKRetry)
-		if err == nil {
-			return nil
-		}
-		switch classify(err) {
-		case errCondition:
-			old, ok := conditionOld(err)
-			if !ok {
-				var rerr error
-				if old, rerr = t.read(ctx, h.key, h.ns); rerr != nil {
-					return fmt.Errorf("lockcore: release %q: condition failed and re-read failed: %w", h.key, rerr)
-				}
+	return holderWrite(ctx, t.cfg, "release", h.key,
+		func(ctx context.Context) (*dynamodb.UpdateItemOutput, error) {
+			upd := endEntry(expression.Set(name(attrServing), value(h.ticket+1)).
+				Set(name(attrRel), value(h.ticket)).
+				Set(name(h.t.cfg.names.TTL), value(t.expiry(t.cfg.clock.Now(), l.duration))).
+				Add(name(attrRev), value(1)), h.wattr, h.tomb, t.cfg.clock.Now())
+			for _, tomb := range h.gc {
+				upd = upd.Remove(name(tomb))
 			}
+			e := expr(expression.NewBuilder().WithCondition(h.ours()).WithUpdate(upd))
+			return t.db.UpdateItem(ctx, conditionalUpdate(t.table, t.keyOf(h.key, h.ns), e, types.ReturnValueNone), noSDKRetry)
+		},
+		func(*dynamodb.UpdateItemOutput) error { return nil },
+		func(ctx context.Context) (item, error) { return t.read(ctx, h.key, h.ns) },
+		func(_ context.Context, old item, uncertain bool) (bool, error) {
 			row := parseTicketRow(old, h.wattr)
 			switch settleRelease(row, releaseSettle{uncertain: uncertain, ticket: h.ticket, life: h.life,
 				leaseID: l.id, token: l.token, valid: l.Remaining() > 0, mark: &h.forced}) {
 			case releaseLanded:
-				return nil // our earlier attempt landed
+				return false, nil // our earlier attempt landed
 			case releaseUnknown:
-				return &LeaseError{Op: "release", Key: h.key, LeaseID: l.id, Err: errLostUnknown}
+				return false, &LeaseError{Op: "release", Key: h.key, LeaseID: l.id, Err: errLostUnknown}
 			}
-			return &LeaseError{Op: "release", Key: h.key, LeaseID: l.id, Err: ErrLeaseLost}
-		case errFatal:
-			return fmt.Errorf("lockcore: release %q: %w", h.key, err)
-		case errAmbiguous:
-			uncertain = true
-		}
-		if serr := sleep(ctx, bo.next()); serr != nil {
-			return fmt.Errorf("lockcore: release %q: %w (last error: %v)", h.key, serr, err)
-		}
-	}
+			return false, &LeaseError{Op: "release", Key: h.key, LeaseID: l.id, Err: ErrLeaseLost}
+		})
 }
 
 // compactID is a waiter's entry id: 48 random bits in 8 characters. Every issued,

@@ -6,6 +6,9 @@ import (
 	"fmt"
 	"strconv"
 	"time"
+
+	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/expression"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 )
 
 // The wait line of a lock row, shared by the Mutex and the TicketLock (docs/protocol.md
@@ -203,4 +206,112 @@ func giveUp[R lineRow](ctx context.Context, ly lineLayout[R], w lineWait, row R,
 		return cause
 	}
 	return &HeldError{Key: w.key, Holder: row.holder(), Waited: waited, TimedOut: cause == nil, Cause: cause}
+}
+
+// withdrawal sends e, a waiter's withdrawal of its ticket (or its tombstone for a ticket
+// request whose outcome is unknown), until it lands or is refused. Refused, reread gives
+// the row if the refusal did not return it, and refused is told the row: the ticket was
+// served meanwhile, say (handed over, or claimed by our own skip), and must be passed on.
+// It keeps trying while the detached context lasts (5 s): a waiter cut off from DynamoDB
+// for longer leaves its ticket behind, and it is skipped after a lease.
+func withdrawal(ctx context.Context, db DynamoDB, table string, key item, e expression.Expression,
+	reread func(context.Context) (item, error), refused func(ctx context.Context, old item)) {
+	ctx, cancel := detached(ctx)
+	defer cancel()
+	bo := backoff{base: 50 * time.Millisecond, cap: 500 * time.Millisecond}
+	for {
+		_, err := db.UpdateItem(ctx, conditionalUpdate(table, key, e, types.ReturnValueNone), noSDKRetry)
+		switch {
+		case err == nil:
+			return
+		case classify(err) == errCondition:
+			old, ok := conditionOld(err)
+			if !ok {
+				if old, err = reread(ctx); err != nil {
+					return
+				}
+			}
+			refused(ctx, old)
+			return
+		case classify(err) == errFatal:
+			return
+		}
+		if sleep(ctx, bo.next()) != nil {
+			return
+		}
+	}
+}
+
+// enterLine makes a served ticket the lease l: renewed at once when renew says so (much
+// of its validity went by unnoticed, or the row's TTL is too close), given its fence
+// token (the row's epoch, or a new one, startEpoch, where the row has none) and its
+// heartbeat; entered runs just before the heartbeat starts. The lease is not the
+// caller's until enterLine returns it: a renewal that finds it skipped, or the release
+// after a failed epoch, reports no lease event. giveUp explains a failed renewal.
+func enterLine(ctx context.Context, l *Lease, row ticketRow, ticket int64, renew bool, ac *acquireConfig,
+	startEpoch func(context.Context) (int64, error), giveUp func(error) error, entered func()) (*Lease, error) {
+	obs := l.observer
+	l.observer = nil
+	if renew {
+		if err := l.Renew(ctx); err != nil {
+			if errors.Is(err, ErrLeaseLost) {
+				return nil, errTicketSkipped
+			}
+			return nil, giveUp(err)
+		}
+	}
+	epoch, ok := row.epoch, row.hasEpoch
+	if !ok {
+		var err error
+		if epoch, err = startEpoch(ctx); err != nil {
+			rctx, cancel := detached(ctx)
+			_ = l.Release(rctx)
+			cancel()
+			if errors.Is(err, ErrLeaseLost) {
+				return nil, errTicketSkipped
+			}
+			return nil, err
+		}
+	}
+	l.token = makeFence(epoch, ticket)
+	entered()
+	l.observer = obs
+	l.startHeartbeat(ctx, ac.heartbeat)
+	return l, nil
+}
+
+// startEpoch gives the row of a ticket just served a fence epoch, when it has none: a new
+// one from the lock's keeper row (takeEpoch), written under served, the condition that
+// our ticket is still served. Refused, epochOf judges the row (reread if the refusal did
+// not return it): the epoch an earlier attempt of ours, or a holder before us, set, or
+// the lease lost. what and key name the lock in errors.
+func startEpoch(ctx context.Context, db DynamoDB, cfg *config, table, what, key string, rowKey item,
+	served expression.ConditionBuilder, reread func(context.Context) (item, error), epochOf func(old item) (int64, error)) (int64, error) {
+	epoch, err := takeEpoch(ctx, db, table, cfg.names, key, backoff{base: cfg.backoffBase, cap: cfg.backoffCap})
+	if err != nil {
+		return 0, err
+	}
+	e := expr(expression.NewBuilder().
+		WithCondition(expression.And(served, expression.AttributeNotExists(name(attrEpoch)))).
+		WithUpdate(expression.Set(name(attrEpoch), value(epoch))))
+	bo := backoff{base: cfg.backoffBase, cap: cfg.backoffCap}
+	for {
+		_, err := db.UpdateItem(ctx, conditionalUpdate(table, rowKey, e, types.ReturnValueNone), noSDKRetry)
+		if err == nil {
+			return epoch, nil
+		}
+		switch classify(err) {
+		case errCondition:
+			old, ok := conditionOld(err)
+			if !ok {
+				old, _ = reread(ctx)
+			}
+			return epochOf(old)
+		case errFatal:
+			return 0, fmt.Errorf("lockcore: %s %q: set fence epoch: %w", what, key, err)
+		}
+		if serr := sleep(ctx, bo.next()); serr != nil {
+			return 0, fmt.Errorf("lockcore: %s %q: set fence epoch: %w (last error: %v)", what, key, serr, err)
+		}
+	}
 }
