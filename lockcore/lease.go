@@ -223,8 +223,14 @@ func (l *Lease) Release(ctx context.Context) error {
 	l.mu.Lock()
 	l.releasing--
 	l.mu.Unlock()
+	if errors.Is(err, ErrNotOwner) {
+		// Another owner's lease (an Attach with a foreign id): nothing of this client's
+		// changed, and its Renew and Release keep answering ErrNotOwner (a validity
+		// watcher would end the handle as lost first).
+		return err
+	}
 	if err != nil && !errors.Is(err, ErrLeaseLost) {
-		// Transient or not ours: the lease may still be held, but its heartbeat is
+		// Transient: the lease may still be held, but its heartbeat is
 		// stopped. Report it lost once its validity runs out, as the heartbeat would
 		// (unless a later Release ends it first), so that Done and Err never stay silent.
 		l.watchValidity()

@@ -662,3 +662,26 @@ func TestMutexAttachedLeaseClaimsOnlyWhatWaitersGrant(t *testing.T) {
 		t.Fatalf("b holds the lock while the attached handle reports %v left", rem)
 	}
 }
+
+// A handle attached to another owner's lease keeps answering ErrNotOwner: its refused
+// Release must not start the validity watcher that ends a handle of ours as lost (a
+// Renew a moment later answered "validity ... lease lost" instead).
+func TestForeignLeaseStaysNotOwner(t *testing.T) {
+	e := newEnv(t)
+	ctx := ctxT(t, time.Minute)
+	a, _ := lockcore.NewMutex(e.db, e.locks, fast("a")...)
+	b, _ := lockcore.NewMutex(e.db, e.locks, fast("b")...)
+	la, err := a.Acquire(ctx, "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = la.Release(context.Background()) }()
+	forged, err := b.Attach("k", la.ID())
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustNot(t, forged.Release(ctx), lockcore.ErrNotOwner)
+	time.Sleep(100 * time.Millisecond) // a watcher of the attached handle's (zero) validity would have run out
+	mustNot(t, forged.Renew(ctx), lockcore.ErrNotOwner)
+	mustNot(t, forged.Release(ctx), lockcore.ErrNotOwner)
+}
