@@ -48,6 +48,7 @@ var (
 	simSeed  = flag.Uint64("sim.seed", 0, "simulator: replay this seed alone, with its whole history (0: run -sim.seeds seeds)")
 	simSeeds = flag.Int("sim.seeds", simDefaultSeeds, "simulator: how many seeds TestSim runs")
 	simFirst = flag.Uint64("sim.first", 1, "simulator: the first seed TestSim runs")
+	simAll   = flag.Bool("sim.all", false, "simulator: run every seed, reporting each failing one in a line (default: stop at the first)")
 	simDump  = flag.String("sim.dump", "", "simulator: write each seed's history to this directory (comparing replays)")
 )
 
@@ -58,13 +59,17 @@ func TestSim(t *testing.T) {
 		first, count, verbose = *simSeed, 1, true
 	}
 	start := time.Now()
-	var steps, writes int
+	var steps, writes, failed int
 	for seed := first; seed < first+count; seed++ {
 		res := runSim(t, seed)
 		steps += res.events
 		writes += res.writes
 		if res.failure != "" {
-			t.Fatalf("%s", res.report(verbose))
+			if !*simAll || verbose {
+				t.Fatalf("%s", res.report(verbose))
+			}
+			failed++
+			t.Errorf("seed %d: %s", seed, res.failure)
 		}
 		if *simDump != "" {
 			if err := os.WriteFile(fmt.Sprintf("%s/%d", *simDump, seed), []byte(strings.Join(res.history, "\n")), 0o644); err != nil {
@@ -75,8 +80,8 @@ func TestSim(t *testing.T) {
 			t.Logf("seed %d: history\n%s", seed, strings.Join(res.history, "\n"))
 		}
 	}
-	t.Logf("simulator: seeds %d..%d (%d), %d events, %d model writes, %s",
-		first, first+count-1, count, steps, writes, time.Since(start).Round(time.Millisecond))
+	t.Logf("simulator: seeds %d..%d (%d), %d failed, %d events, %d model writes, %s",
+		first, first+count-1, count, failed, steps, writes, time.Since(start).Round(time.Millisecond))
 }
 
 // TestSimReplays runs a few seeds twice and requires identical histories: a failing seed
