@@ -288,7 +288,7 @@ func newSimRun(t *testing.T, seed uint64, run int) *simRun {
 	}
 	p.maxHold = p.lease * time.Duration(1+rng.IntN(3)) / 3
 	if rng.IntN(2) == 0 {
-		p.forceEvery = 2*time.Second + jitter(rng, 10*time.Second)
+		p.forceEvery = time.Second + jitter(rng, 5*time.Second)
 	}
 	r := &simRun{t: t, seed: seed, p: p, rng: rng, start: time.Now(),
 		end: make(chan struct{}), stopBg: make(chan struct{}),
@@ -953,12 +953,14 @@ func (r *simRun) operator(wg *sync.WaitGroup) {
 		r.fail("NewInspector: %v", err)
 		return
 	}
+	next := jitter(op.rng, 1500*time.Millisecond) // early too: a row life's first holder writes its epoch
 	for {
 		select {
 		case <-r.stopBg:
 			return
-		case <-time.After(r.p.forceEvery):
+		case <-time.After(next):
 		}
+		next = jitter(op.rng, r.p.forceEvery)
 		st := []Strategy{StrategyMutex, StrategyTicket}[op.rng.IntN(2)]
 		key := string(st)
 		rec, err := in.ForceRelease(context.Background(), key, ForceOptions{Strategy: st, Actor: "sim", Reason: "drill"})
