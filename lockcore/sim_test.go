@@ -734,7 +734,7 @@ func (r *simRun) released(c *simClient, key string, l *Lease, validTo, callAt ti
 		}
 	case errors.Is(err, ErrLeaseLost) && !errors.Is(err, ErrUnknownOutcome):
 		if !r.forced[simForced{key, l.Token()}] && time.Now().Before(validTo) {
-			r.failLocked("I3: %s's release of %s token %d reported the lease lost while it was valid (to %s), not force-released, and nobody took it: %v",
+			r.failLocked("I3: %s's release of %s token %d reported the lease lost while it was valid (to %s) and not force-released: %v",
 				c.name, key, l.Token(), validTo.Sub(r.start), err)
 		}
 	}
@@ -778,6 +778,7 @@ func (r *simRun) client(c *simClient, wg *sync.WaitGroup, n int) {
 		WithTTLGrace(3*r.p.lease + 3*time.Second), WithRetention(time.Duration(3+c.rng.IntN(10)) * time.Second),
 		WithBackoff(10*time.Millisecond, time.Second)}
 	var acquire func(ctx context.Context) (*Lease, *ItemLease, error)
+	var locker Locker // Mutex and TicketLock: some cycles run through Do
 	key := c.kind
 	switch c.kind {
 	case "mutex":
@@ -786,6 +787,7 @@ func (r *simRun) client(c *simClient, wg *sync.WaitGroup, n int) {
 			r.fail("NewMutex: %v", err)
 			return
 		}
+		locker = m
 		acquire = func(ctx context.Context) (*Lease, *ItemLease, error) {
 			l, err := m.Acquire(ctx, key)
 			return l, nil, err
@@ -796,6 +798,7 @@ func (r *simRun) client(c *simClient, wg *sync.WaitGroup, n int) {
 			r.fail("NewTicketLock: %v", err)
 			return
 		}
+		locker = tl
 		acquire = func(ctx context.Context) (*Lease, *ItemLease, error) {
 			l, err := tl.Acquire(ctx, key)
 			return l, nil, err
@@ -851,19 +854,39 @@ func (r *simRun) client(c *simClient, wg *sync.WaitGroup, n int) {
 			defer stopAt(cancelAt, errSimCancel).Stop()
 		}
 		hold := jitter(c.rng, r.p.maxHold)
+		acquired := func() {
+			r.mu.Lock()
+			returned = true
+			r.mu.Unlock()
+			boundTimer.Stop()
+		}
+		if locker != nil && c.rng.IntN(3) == 0 {
+			r.event("%s cycle %d: Do %s (cancel after %s, hold %s)", c.name, i, key, cancelAt, hold)
+			var held *Lease
+			var validTo, callAt time.Time
+			err := Do(ctx, locker, key, func(_ context.Context, lease *Lease) error {
+				acquired()
+				held = lease
+				r.granted(c, key, lease)
+				time.Sleep(hold)
+				validTo, callAt = r.releasing(lease) // Do releases once fn returns
+				return nil
+			})
+			acquired()
+			if held == nil {
+				r.acquireFailed(ctx, c, key, bound, err)
+			} else {
+				r.released(c, key, held, validTo, callAt, err)
+			}
+			cancelCtx(nil)
+			_ = pause(context.Background(), jitter(c.rng, time.Second))
+			continue
+		}
 		r.event("%s cycle %d: acquire %s (cancel after %s, hold %s)", c.name, i, key, cancelAt, hold)
 		l, il, err := acquire(ctx)
-		r.mu.Lock()
-		returned = true
-		r.mu.Unlock()
-		boundTimer.Stop()
+		acquired()
 		if err != nil {
-			r.mu.Lock()
-			r.eventLocked("%s acquire %s: %s (%v)", c.name, key, outcomeOf(err), err)
-			if errors.Is(context.Cause(ctx), errWaitBound) && !c.crashed {
-				r.failLocked("I5: %s waited for %s longer than the bound %s: %v", c.name, key, bound, err)
-			}
-			r.mu.Unlock()
+			r.acquireFailed(ctx, c, key, bound, err)
 			cancelCtx(nil)
 			continue
 		}
@@ -879,6 +902,17 @@ func (r *simRun) client(c *simClient, wg *sync.WaitGroup, n int) {
 		r.released(c, key, l, validTo, callAt, rerr)
 		cancelCtx(nil)
 		_ = pause(context.Background(), jitter(c.rng, time.Second))
+	}
+}
+
+// acquireFailed records a failed Acquire (or Do's acquisition): I5 if the wait bound
+// ended it.
+func (r *simRun) acquireFailed(ctx context.Context, c *simClient, key string, bound time.Duration, err error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.eventLocked("%s acquire %s: %s (%v)", c.name, key, outcomeOf(err), err)
+	if errors.Is(context.Cause(ctx), errWaitBound) && !c.crashed {
+		r.failLocked("I5: %s waited for %s longer than the bound %s: %v", c.name, key, bound, err)
 	}
 }
 
