@@ -415,6 +415,7 @@ func (r *simRun) play() {
 	r.mu.Lock()
 	r.eventLocked("END")
 	r.checkLocked()
+	r.checkOrphansLocked(clients)
 	r.ended = true
 	r.mu.Unlock()
 	close(r.end)
@@ -670,6 +671,45 @@ func (r *simRun) checkLocked() {
 			}
 			slices.Sort(who)
 			r.failLocked("I1: %d valid holders of %s: %s", len(hs), key, strings.Join(who, "; "))
+		}
+	}
+}
+
+// checkOrphansLocked checks I6 at the end of a run, once every live client is done: the
+// Mutex and TicketLock rows keep no entry of an unserved ticket beyond one per crashed
+// client of the lock: a waiter that gave up withdrew its ticket. (The served ticket of a
+// holder whose release failed stays until a waiter skips it.)
+func (r *simRun) checkOrphansLocked(clients []*simClient) {
+	for _, kind := range []string{"mutex", "ticket"} {
+		sk := defaultNamespace
+		if kind == "ticket" {
+			sk += ticketSuffix
+		}
+		out, err := r.model.GetItem(context.Background(), &dynamodb.GetItemInput{TableName: &r.locks,
+			Key: item{"pk": s(kind), "sk": s(sk)}, ConsistentRead: aws.Bool(true)})
+		if err != nil || out.Item == nil {
+			continue
+		}
+		var row ticketRow
+		if kind == "ticket" {
+			row = parseTicketRow(out.Item, "")
+		} else {
+			row = parseMutexRow(out.Item, "").ticketRow
+		}
+		live := 0
+		for t := range row.waiters {
+			if t > row.serving {
+				live++
+			}
+		}
+		crashed := 0
+		for _, c := range clients {
+			if c.kind == kind && c.crashed {
+				crashed++
+			}
+		}
+		if live > crashed {
+			r.failLocked("I6: the %s row keeps %d entries of unserved tickets at the end (serving %d), but only %d clients of it crashed", kind, live, row.serving, crashed)
 		}
 	}
 }
