@@ -268,6 +268,8 @@ func runSim(t *testing.T, seed uint64) (res simResult) {
 			}
 			defer func() { jitterN = old }()
 			r.play()
+			r.mu.Lock() // a late write's goroutine may have run after the end
+			defer r.mu.Unlock()
 			res = simResult{seed: seed, failure: r.failure, history: r.history, events: len(r.history), writes: r.writes}
 		})
 	})
