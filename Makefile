@@ -206,6 +206,31 @@ chaos: engine-deps ## Chaos run through the fault proxy (DURATION=10m WORKERS=3 
 	$(GO) build -o $(BIN_DIR)/chaos ./cmd/chaos
 	$(BIN_DIR)/chaos -v -duration '$(CHAOS_DURATION)' -workers '$(CHAOS_WORKERS)' -seed '$(SEED)' -faults '$(FAULTS)' $(CHAOS_FLAGS)
 
+# The deterministic simulator (lockcore/sim_test.go, docs/protocol.md section 6): SEEDS seeds
+# from SIM_FIRST, split into SIM_PROCS equal ranges, one test process each. It needs no engine
+# (lockcore's TestMain wants DYNAMODB_ENDPOINT set: "unused"). A failing range stops at its
+# first failing seed and prints it with its last events and the command that replays it.
+SEEDS     ?= 100000
+SIM_FIRST ?= 1
+SIM_PROCS ?= 2
+
+.PHONY: sim
+sim: ## The lockcore simulator: SEEDS seeds from SIM_FIRST in SIM_PROCS processes; prints a failing seed and its replay command.
+	@mkdir -p $(BIN_DIR)
+	@cd $(LOCKCORE) && $(GO) test -c -o $(BIN_DIR)/lockcore-sim.test .
+	@chunk=$$(( ($(SEEDS) + $(SIM_PROCS) - 1) / $(SIM_PROCS) )); last=$$(( $(SIM_FIRST) + $(SEEDS) )); \
+	logs=$$(mktemp -d); pids=""; \
+	for i in $$(seq 0 $$(( $(SIM_PROCS) - 1 ))); do \
+	  first=$$(( $(SIM_FIRST) + i * chunk )); n=$$(( last - first < chunk ? last - first : chunk )); \
+	  [ $$n -gt 0 ] || continue; \
+	  echo "sim: seeds $$first..$$(( first + n - 1 ))"; \
+	  (cd $(LOCKCORE) && DYNAMODB_ENDPOINT=unused $(BIN_DIR)/lockcore-sim.test -test.run '^TestSim$$' -test.timeout 0 \
+	    -sim.first=$$first -sim.seeds=$$n >$$logs/$$i 2>&1) & pids="$$pids $$!"; \
+	done; \
+	fail=0; for p in $$pids; do wait $$p || fail=1; done; \
+	if [ $$fail -ne 0 ]; then cat $$logs/*; grep -h '^replay:\|replay: ' $$logs/* | sed 's/^ *//'; rm -rf $$logs; exit 1; fi; \
+	rm -rf $$logs; echo "sim: $(SEEDS) seeds from $(SIM_FIRST): no invariant violated"
+
 # Fuzz targets need no engine: DYNAMODB_ENDPOINT=unused keeps testenv.Main from starting one.
 .PHONY: fuzz
 fuzz: ## Run every fuzz target (func Fuzz* in *_test.go) for FUZZTIME each (default 1m).

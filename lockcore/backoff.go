@@ -19,8 +19,12 @@ func (b *backoff) next() time.Duration {
 		d = b.cap
 	}
 	b.n++
-	return time.Duration(rand.Int64N(int64(d)) + 1)
+	return time.Duration(jitterN(int64(d)) + 1)
 }
+
+// jitterN draws backoff jitter in [0, n). The simulator (sim_test.go) replaces it with
+// a seeded source so that a run replays exactly.
+var jitterN = rand.Int64N
 
 // sleep waits d or until ctx ends.
 func sleep(ctx context.Context, d time.Duration) error {

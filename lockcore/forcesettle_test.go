@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
@@ -319,4 +321,81 @@ func TestForceReleaseOutpacesFastHeartbeats(t *testing.T) {
 		t.Fatalf("TicketLock: %v", err)
 	}
 	mustNot(t, lt.Release(ctx), lockcore.ErrLeaseLost)
+}
+
+// epochWriterDB lets a test act as a holder between the Inspector's read of a lock row
+// and its transaction: after the first read of the row it runs between once.
+type epochWriterDB struct {
+	lockcore.InspectorAPI
+	once    sync.Once
+	between func()
+}
+
+func (d *epochWriterDB) GetItem(ctx context.Context, in *dynamodb.GetItemInput, o ...func(*dynamodb.Options)) (*dynamodb.GetItemOutput, error) {
+	out, err := d.InspectorAPI.GetItem(ctx, in, o...)
+	if err == nil && out.Item != nil {
+		d.once.Do(d.between)
+	}
+	return out, err
+}
+
+// A holder that has taken its ticket but not yet written its row life's fence epoch may
+// write it between ForceRelease's read of the row and its transaction. The record must
+// name the token of the lease it ended, epoch included: it named the ticket alone
+// ("token 1", while the lease it ended had token 4294967297), which settling releases,
+// Show and operators compare by token (found by the deterministic simulator).
+func TestForceReleaseRecordsTheEpochWrittenAfterItsRead(t *testing.T) {
+	t.Parallel()
+	for _, st := range []lockcore.Strategy{lockcore.StrategyMutex, lockcore.StrategyTicket} {
+		t.Run(string(st), func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t)
+			ctx := ctxT(t, time.Minute)
+			var lease *lockcore.Lease
+			var err error
+			sk := "lock"
+			if st == lockcore.StrategyTicket {
+				sk = "lock#ticket"
+				tl, _ := lockcore.NewTicketLock(e.db, e.locks, fast("a")...)
+				lease, err = tl.Acquire(ctx, "k")
+			} else {
+				m, _ := lockcore.NewMutex(e.db, e.locks, fast("a")...)
+				lease, err = m.Acquire(ctx, "k")
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			key := map[string]types.AttributeValue{
+				"pk": &types.AttributeValueMemberS{Value: "k"}, "sk": &types.AttributeValueMemberS{Value: sk}}
+			// The holder as it was before writing its epoch: the row without one.
+			if _, err := e.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{TableName: aws.String(e.locks), Key: key,
+				UpdateExpression: aws.String("REMOVE epoch"), ConditionExpression: aws.String("attribute_exists(epoch)")}); err != nil {
+				t.Fatalf("remove the epoch: %v", err)
+			}
+			db := &epochWriterDB{InspectorAPI: e.db, between: func() {
+				// The holder writes its epoch (A10), after the Inspector's read.
+				if _, err := e.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{TableName: aws.String(e.locks), Key: key,
+					UpdateExpression:          aws.String("SET epoch = :e"),
+					ConditionExpression:       aws.String("attribute_not_exists(epoch)"),
+					ExpressionAttributeValues: map[string]types.AttributeValue{":e": &types.AttributeValueMemberN{Value: fmt.Sprint(lease.Token().Epoch())}},
+				}); err != nil {
+					t.Errorf("write the epoch: %v", err)
+				}
+			}}
+			in, err := lockcore.NewInspector(db, e.locks)
+			if err != nil {
+				t.Fatal(err)
+			}
+			rec, err := in.ForceRelease(ctx, "k", lockcore.ForceOptions{Strategy: st, Actor: "ops", Reason: "stuck"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if rec.Token.Token != lease.Token() {
+				t.Fatalf("the force-release record names token %d, but the lease it ended has token %d", rec.Token.Token, lease.Token())
+			}
+			if err := lease.Release(ctx); !errors.Is(err, lockcore.ErrLeaseLost) {
+				t.Fatalf("the ended lease's release: %v, want ErrLeaseLost", err)
+			}
+		})
+	}
 }

@@ -231,6 +231,12 @@ func (in *Inspector) ForceRelease(ctx context.Context, key string, opts ForceOpt
 		default:
 			upd, err = in.forceTicket(cur, rowKey, &target, rec, now)
 		}
+		if err == nil && pinned && token != opts.Token && token.Epoch() == 0 && rec.Token.Token.Seq() == token.Seq() &&
+			attrS(cur, attrLife) == life {
+			// The same ticket of the same row life, its holder having written the life's
+			// epoch since our read (which failed our attempt: epochAsRead): the same lease.
+			token = rec.Token.Token
+		}
 		if err == nil && token != 0 && rec.Token.Token != token {
 			err = in.notHeld(key, opts.Namespace, opts.Strategy, fmt.Sprintf("%s (token %s)", target, token),
 				fmt.Sprintf("its token is %s", rec.Token.Token))
@@ -396,7 +402,8 @@ func (in *Inspector) forceTicket(cur item, rowKey item, target *string, rec *For
 	cond := expression.And( // the served ticket of this life, whatever its heartbeats did
 		expression.Equal(name(attrServing), value(row.serving)),
 		expression.Equal(name(attrLife), value(row.life)),
-		expression.AttributeExists(name(wattr)))
+		expression.AttributeExists(name(wattr)),
+		epochAsRead(row.epoch, row.hasEpoch))
 	ttl := ttlSeconds(now.Add(max(in.retention, time.Duration(row.leaseMs)*time.Millisecond+DefaultTTLGrace)))
 	u := expression.Set(name(attrServing), value(row.serving+1)).
 		Set(name(attrSkip), value(row.serving)).
@@ -435,7 +442,8 @@ func (in *Inspector) forceFairMutex(cur item, rowKey item, target *string, rec *
 		expression.Equal(name(attrState), value(stateFair)),
 		expression.Equal(name(attrServing), value(row.serving)),
 		expression.Equal(name(attrLife), value(row.life)),
-		expression.AttributeExists(name(waiterPrefix+id)))
+		expression.AttributeExists(name(waiterPrefix+id)),
+		epochAsRead(row.epoch, row.hasEpoch))
 	ttl := ttlSeconds(now.Add(max(in.retention, h.Lease+DefaultTTLGrace)))
 	u := expression.Set(name(attrServing), value(row.serving+1)).
 		Set(name(attrSkip), value(row.serving)).
@@ -449,6 +457,20 @@ func (in *Inspector) forceFairMutex(cur item, rowKey item, target *string, rec *
 		Remove(name(attrHSince))
 	u = forcedAttrs(u, rec, now)
 	return updateOf(in.table, rowKey, expr(expression.NewBuilder().WithCondition(cond).WithUpdate(u))), nil
+}
+
+// epochAsRead conditions a force-release on the row life's fence epoch being as read.
+// The record names the ended lease's token, epoch<<32 | ticket; a holder that had not
+// written its life's epoch when the row was read may write it before the transaction
+// lands (the epoch is written once, so only its absence can change), and the record
+// would then name a token without the epoch, lower than the lease it ended (which
+// settling releases, Show and operators compare by token). The condition fails, and
+// the next attempt reads the epoch.
+func epochAsRead(epoch int64, has bool) expression.ConditionBuilder {
+	if !has {
+		return expression.AttributeNotExists(name(attrEpoch))
+	}
+	return expression.Equal(name(attrEpoch), value(epoch))
 }
 
 func forcedAttrs(u expression.UpdateBuilder, rec *ForceRecord, now time.Time) expression.UpdateBuilder {

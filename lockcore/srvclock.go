@@ -41,9 +41,13 @@ type serverClock struct {
 	known  bool
 }
 
+// serverTimeOf reads a response's server time (its Date header). The simulator
+// (sim_test.go) replaces it to read the virtual server time its model stamps.
+var serverTimeOf = awsmiddleware.GetServerTime
+
 // observe records the server time of a response that just arrived (local time now).
 func (sc *serverClock) observe(md middleware.Metadata, now time.Time) {
-	srv, ok := awsmiddleware.GetServerTime(md)
+	srv, ok := serverTimeOf(md)
 	if !ok || srv.IsZero() {
 		return
 	}

@@ -171,7 +171,7 @@ func CanonicalNumber(s string) (string, bool) {
 
 func copyValue(v AV, canon bool) AV {
 	num := func(s string) string {
-		if canon {
+		if canon && !canonicalInt(s) {
 			return mustNumber(s).String()
 		}
 		return s
@@ -218,6 +218,28 @@ func copyValue(v AV, canon bool) AV {
 }
 
 // cloneItem returns a deep copy of it with canonical numbers (nil stays nil).
+// canonicalInt reports whether s is an integer in canonical text already ("0", "-12",
+// no leading zeros, sign or exponent): most numbers the simulator's clients store, whose
+// copies then need no parsing.
+func canonicalInt(s string) bool {
+	d := s
+	if len(d) > 0 && d[0] == '-' {
+		d = d[1:]
+		if d == "0" {
+			return false
+		}
+	}
+	if len(d) == 0 || len(d) > 38 || (d[0] == '0' && len(d) > 1) {
+		return false
+	}
+	for i := 0; i < len(d); i++ {
+		if d[i] < '0' || d[i] > '9' {
+			return false
+		}
+	}
+	return true
+}
+
 func cloneItem(it Item) Item { return copyItem(it, true) }
 
 func copyItem(it Item, canon bool) Item {
