@@ -158,8 +158,13 @@ func TestConcurrentDecidersWithCrashes(t *testing.T) {
 				n := invocation.Add(1)
 				opts := []shop.Option{shop.WithWaitBudget(3 * time.Second)}
 				died := errors.New("died")
-				switch n % 6 {
-				case 1: // dies holding its stock locks
+				// The roles by invocation number; a role whose invocation never held a
+				// stock lock (its orders decided by others) passes to the next ones until
+				// it has happened once, so that both always do.
+				stall := n%6 == 4 || (n > 4 && stalls.Load() == 0)
+				crash := !stall && (n%6 == 1 || crashes.Load() == 0)
+				switch {
+				case crash: // dies holding its stock locks
 					opts = append(opts, shop.WithCrashHook(func(p string) error {
 						if p == shop.CrashStockLocked {
 							crashes.Add(1)
@@ -167,7 +172,7 @@ func TestConcurrentDecidersWithCrashes(t *testing.T) {
 						}
 						return nil
 					}))
-				case 4: // stalls past its lease holding them, then writes
+				case stall: // stalls past its lease holding them, then writes
 					opts = append(opts, shop.WithLockOptions(lockcore.WithHeartbeat(0)), shop.WithCrashHook(func(p string) error {
 						if p == shop.CrashStockLocked {
 							stalls.Add(1)
