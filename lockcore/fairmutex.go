@@ -121,6 +121,15 @@ func parseMutexRow(it item, wattr string) mutexRow {
 	return r
 }
 
+// turnBegan is when the served ticket's turn began, as the row records it (hSince, the
+// writer's clock; zero: not recorded). Timing only, never safety.
+func (r mutexRow) turnBegan() time.Time {
+	if r.format != fmtFair || r.hFor != r.serving || r.hSince <= 0 {
+		return time.Time{}
+	}
+	return time.UnixMilli(r.hSince)
+}
+
 // sharedHold is the hold time the row's holders published (0: none).
 func (r mutexRow) sharedHold() time.Duration { return time.Duration(r.holdMs) * time.Millisecond }
 
@@ -676,6 +685,7 @@ func (m *Mutex) wait(ctx context.Context, h *mutexHold, row mutexRow, sent time.
 	rtt := max(m.cfg.clock.Now().Sub(sent), time.Millisecond)
 	pk := m.pk(h.key, h.ns)
 	pc := newPacer(&m.pacing, pk, sent)
+	pc.began(sent, row.turnBegan(), rtt, max(row.servedLease(), time.Millisecond))
 	if ac.urgent {
 		pc.reach = minReach
 	}
@@ -783,6 +793,7 @@ func (m *Mutex) wait(ctx context.Context, h *mutexHold, row mutexRow, sent time.
 		}
 		if next.life == row.life {
 			pc.read(send, next.serving-row.serving, m.pacing.turnShared(pk, rtt, pc.pace, next.sharedHold()), rtt)
+			pc.began(send, next.turnBegan(), rtt, max(next.servedLease(), time.Millisecond))
 		} else {
 			pc.restart(send)
 		}

@@ -97,6 +97,23 @@ func (il *ItemLocker) state(it item, wid string) itemState {
 	return st
 }
 
+// turnBegan is when the served ticket's turn began, as the item records it (zero: not
+// recorded): the holder's lockTime, or for a ticket handed over to its marker (no
+// lockTime yet) the lease end the handoff wrote less the lease it wrote. Heartbeats move
+// both, so for a long hold it is the last heartbeat: timing only, never safety.
+func (il *ItemLocker) turnBegan(st itemState) time.Time {
+	if st.lockedBy == "" || st.ticket != st.serving {
+		return time.Time{}
+	}
+	if ms, ok := attrN(st.it, il.attrs.LockTime); ok && ms > 0 {
+		return time.UnixMilli(ms)
+	}
+	if st.until > 0 && st.leaseMs > 0 {
+		return time.UnixMilli(st.until - st.leaseMs)
+	}
+	return time.Time{}
+}
+
 // served says what the served ticket is.
 type servedKind int
 
@@ -903,6 +920,7 @@ func (il *ItemLocker) wait(ctx context.Context, h *itemHold, leaseID string, tr 
 	rtt := max(il.cfg.clock.Now().Sub(tr.sent), time.Millisecond)
 	pk := il.pacingKey(h.label)
 	pc := newPacer(&il.pacing, pk, tr.sent)
+	pc.began(tr.sent, il.turnBegan(st), rtt, lease)
 	served := false
 	defer func() { pc.done(&il.pacing, pk, served) }()
 	type seen struct {
@@ -1022,6 +1040,7 @@ func (il *ItemLocker) wait(ctx context.Context, h *itemHold, leaseID string, tr 
 			lastBefore = send
 		}
 		pc.read(send, next.serving-st.serving, il.pacing.turn(pk, rtt, pc.pace), rtt)
+		pc.began(send, il.turnBegan(next), rtt, lease)
 		if next.serving != obs.serving || next.rev != obs.rev || next.lockedBy != obs.lockedBy {
 			obs = seen{serving: next.serving, rev: next.rev, lockedBy: next.lockedBy, at: now}
 		}

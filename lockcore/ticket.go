@@ -432,6 +432,7 @@ func (t *TicketLock) wait(ctx context.Context, h *ticketHold, row ticketRow, sen
 	rtt := max(t.cfg.clock.Now().Sub(sent), time.Millisecond)
 	pk := h.key + "\x00" + h.ns // the lock, in this client's pacing memory
 	pc := newPacer(&t.pacing, pk, sent)
+	pc.began(sent, time.Time{}, rtt, lease) // the row does not say when a turn began
 	served := false
 	defer func() { pc.done(&t.pacing, pk, served) }()
 	type seen struct {
@@ -540,6 +541,7 @@ func (t *TicketLock) wait(ctx context.Context, h *ticketHold, row ticketRow, sen
 		}
 		if next.life == row.life {
 			pc.read(send, next.serving-row.serving, t.pacing.turn(pk, rtt, pc.pace), rtt)
+			pc.began(send, time.Time{}, rtt, lease)
 		} else {
 			pc.restart(send)
 		}
