@@ -222,6 +222,7 @@ func (p *pacer) read(send time.Time, moved int64, turn, rtt time.Duration) {
 		if p.pace <= 0 {
 			p.pace = sample
 		} else {
+			p.spread = (3*p.spread + deviation(sample, p.pace, p.winMoved)) / 4
 			p.pace = (p.pace + 3*sample) / 4
 		}
 		p.winAt, p.winMoved = send, 0
@@ -348,8 +349,7 @@ func (p *pacer) began(sent, at time.Time, rtt, lease time.Duration) {
 		if p.pace <= 0 {
 			p.pace = sample
 		} else {
-			// A sample over n turns deviates √n times less than one turn does.
-			dev := time.Duration(math.Abs(float64(sample-p.pace)) * math.Sqrt(float64(p.moved)))
+			dev := deviation(sample, p.pace, p.moved)
 			if p.spread <= 0 {
 				p.spread = dev
 			}
@@ -360,6 +360,12 @@ func (p *pacer) began(sent, at time.Time, rtt, lease time.Duration) {
 	}
 	p.turnAt = at
 	p.headAt = at
+}
+
+// deviation is how far one turn is from pace, judged by a sample averaged over n turns
+// (which deviates √n times less than one turn does).
+func deviation(sample, pace time.Duration, n int64) time.Duration {
+	return time.Duration(math.Abs(float64(sample-pace)) * math.Sqrt(float64(max(n, 1))))
 }
 
 // turnPlan is delay for a wait whose pacer knows (or estimates) when the served
