@@ -754,13 +754,14 @@ func (m *Mutex) wait(ctx context.Context, h *mutexHold, row mutexRow, sent time.
 				return nil, m.giveUp(ctx, h, row, start, err)
 			}
 		}
-		// Only the next in line reads strongly consistently; waiters further back read
+		// Only the next in line, and a waiter whose read the pacer aimed at its own turn
+		// (pacer.aimed), read strongly consistently; waiters further back read
 		// eventually consistent (half the RCU) and only time their next read by it. Such
 		// a read shows a state the row really had, so the skips it may lead to stay safe
 		// (each is conditioned on the row as observed), but it may be old, so it never
 		// moves lastBefore.
 		send := m.cfg.clock.Now()
-		consistent := h.ticket-row.serving <= 1 || gone || confirm
+		consistent := h.ticket-row.serving <= 1 || gone || confirm || pc.aimed
 		var it item
 		var err error
 		if consistent {

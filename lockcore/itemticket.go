@@ -1004,10 +1004,12 @@ func (il *ItemLocker) wait(ctx context.Context, h *itemHold, leaseID string, tr 
 		// validity (lastBefore). A view that shows it next in line only makes its next
 		// read, timed as usual, a consistent one (as the Mutex's waiters do): confirming
 		// that at once cost a strong read per critical section (about 0.2 lock CU at 64
-		// bench workers) and told nothing the timed read does not.
+		// bench workers) and told nothing the timed read does not. A read the pacer
+		// aimed at our own turn from further back (pacer.aimed) is a consistent one for
+		// the same reason: confirming a turn it found would cost a second read.
 		// A consistent read at least every quarter lease keeps lastBefore fresh, so that
 		// a waiter served after a long wait enters with most of its lease (no renewal).
-		far := !confirm && st.ownEntry && h.ticket-st.serving > 1 && send.Sub(lastBefore) < lease/4
+		far := !confirm && !pc.aimed && st.ownEntry && h.ticket-st.serving > 1 && send.Sub(lastBefore) < lease/4
 		confirm = false
 		var it item
 		var err error

@@ -175,6 +175,7 @@ type pacer struct {
 	moved    int64         // tickets served between the last two reads (see read)
 	spread   time.Duration // mean deviation of a turn from the pace (0: unknown)
 	coldTurn time.Duration // the turn planned with while nothing is known
+	aimed    bool          // the last delay aimed at our own turn from further back (see turnPlan)
 }
 
 func newPacer(p *pacing, key string, sent time.Time) pacer {
@@ -384,7 +385,7 @@ func deviation(sample, pace time.Duration, n int64) time.Duration {
 // (which would leave the lock idle): the usual outcome is a view one or two places from
 // the head, and a second, short plan from there.
 func (p *pacer) turnPlan(now time.Time, pos int64, rtt, turn time.Duration) time.Duration {
-	p.far = false
+	p.far, p.aimed = false, false
 	at := p.turnAt
 	if at.IsZero() {
 		at = p.headAt
@@ -409,9 +410,13 @@ func (p *pacer) turnPlan(now time.Time, pos int64, rtt, turn time.Duration) time
 	if err <= rtt {
 		// Near enough to aim at our own turn: the release is due at the end of the
 		// predecessor's turn, and a read a quarter round trip after it finds it (or
-		// finds us next in line, with the turn's start to plan from).
+		// finds us next in line, with the turn's start to plan from). The caller makes
+		// that read a strongly consistent one (aimed), as the next in line's are: a read
+		// that finds our turn should count for the lease's validity, and an eventually
+		// consistent one would need a second read to do so.
 		target := at.Add(time.Duration(pos)*turn + rtt/4)
 		if target.After(now) {
+			p.aimed = true
 			return target.Sub(now)
 		}
 		return max(rtt/2, time.Millisecond)

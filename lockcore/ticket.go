@@ -502,13 +502,14 @@ func (t *TicketLock) wait(ctx context.Context, h *ticketHold, row ticketRow, sen
 				return nil, t.giveUp(ctx, h, row, start, err)
 			}
 		}
-		// Only the next in line reads strongly consistently. Waiters further back read
+		// Only the next in line, and a waiter whose read the pacer aimed at its own turn
+		// (pacer.aimed), read strongly consistently. Waiters further back read
 		// eventually consistent (half the RCU): they only time their next read by it. Such
 		// a read shows a state the row really had, so the skips it may lead to stay safe
 		// (each is conditioned on the row as observed), but it may be old, so it never
 		// moves lastBefore, the start of our lease's validity.
 		send := t.cfg.clock.Now()
-		consistent := h.ticket-row.serving <= 1 || gone || confirm
+		consistent := h.ticket-row.serving <= 1 || gone || confirm || pc.aimed
 		var it item
 		var err error
 		if consistent {
