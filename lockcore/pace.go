@@ -257,13 +257,13 @@ func (p *pacer) restart(send time.Time) {
 // few reads (about four per doubling of the wait) instead of one every few milliseconds.
 func (p *pacer) delay(now time.Time, pos int64, rtt, turn time.Duration) time.Duration {
 	if p.planned {
-		// The measured pace, which the reads' own lateness is part of, capped at twice
-		// the caller's plan (hold time and round trips: see pacing.turn) so that lateness
+		// The measured pace, which the reads' own lateness is part of, capped by the
+		// caller's plan (hold time and round trips: see pacing.turn) so that lateness
 		// cannot feed on itself.
 		far := turn // waiters further back plan low: early costs a read, late idles the lock
 		switch {
 		case p.pace > 0 && turn > 0:
-			turn = min(p.pace, 2*turn)
+			turn = min(p.pace, turn)
 		case p.pace > 0:
 			turn, far = p.pace, p.pace
 		case turn <= 0:
@@ -378,12 +378,13 @@ func deviation(sample, pace time.Duration, n int64) time.Duration {
 // half a round trip, a read each) and, for a holder much slower than a turn, every
 // quarter of the time it has stood (delay's standing-queue rule).
 //
-// A waiter further back needs one read only: one that finds its predecessor holding,
-// which tells it when its own turn comes. It aims at the middle of the predecessor's
-// predicted turn, earlier by twice the turns' spread for each turn still ahead (errors
-// add up like a random walk: √n), so that it rarely finds its own turn already passed
+// A waiter further back whose prediction errs by at most half a round trip (the turns'
+// spread × √position: errors add up like a random walk) aims at its own turn, and a read
+// on time finds it. One further back aims at the middle of its predecessor's predicted
+// turn, earlier by twice that error, so that it rarely finds its own turn already passed
 // (which would leave the lock idle): the usual outcome is a view one or two places from
-// the head, and a second, short plan from there.
+// the head, and a second, short plan from there. The sleeps stay capped at a tenth of
+// the lease (watchEvery), which sets the reads of waits longer than that.
 func (p *pacer) turnPlan(now time.Time, pos int64, rtt, turn time.Duration) time.Duration {
 	p.far, p.aimed = false, false
 	at := p.turnAt
@@ -407,14 +408,14 @@ func (p *pacer) turnPlan(now time.Time, pos int64, rtt, turn time.Duration) time
 	ahead := time.Duration(pos - 1)
 	// Errors add up like a random walk: √n turns' spread for n turns.
 	err := time.Duration(float64(spread) * math.Sqrt(float64(pos)))
-	if err <= rtt {
+	if err <= rtt/2 {
 		// Near enough to aim at our own turn: the release is due at the end of the
-		// predecessor's turn, and a read a quarter round trip after it finds it (or
-		// finds us next in line, with the turn's start to plan from). The caller makes
+		// predecessor's turn, and a read sent then finds it (or finds us next in line,
+		// with the turn's start to plan from). The caller makes
 		// that read a strongly consistent one (aimed), as the next in line's are: a read
 		// that finds our turn should count for the lease's validity, and an eventually
 		// consistent one would need a second read to do so.
-		target := at.Add(time.Duration(pos)*turn + rtt/4)
+		target := at.Add(time.Duration(pos) * turn)
 		if target.After(now) {
 			p.aimed = true
 			return target.Sub(now)

@@ -25,8 +25,7 @@ type simConfig struct {
 	lease    time.Duration
 	duration time.Duration
 	skip     time.Duration // not counted: the first skip of the run (0: count from the start)
-	began    bool          // waiters plan turns (pacer.began)
-	noStart  bool          // … without the turn's start (a TicketLock row does not record it)
+	began    bool          // waiters plan turns from the row's turn start (pacer.began)
 	seed     int64
 }
 
@@ -111,11 +110,8 @@ func simulatePacing(c simConfig) simResult {
 	}
 	rowOf := func(w *worker) mutexRow {
 		r := mutexRow{format: fmtFair, holdMs: w.row.holdMs, leaseMs: c.lease.Milliseconds()}
-		if c.noStart {
-			r.holdMs = 0 // nor a published hold time
-		}
 		r.serving = w.row.serving
-		if !w.row.hSince.IsZero() && !c.noStart {
+		if !w.row.hSince.IsZero() {
 			r.hFor, r.hSince = w.row.serving, w.row.hSince.UnixMilli()
 		}
 		return r
@@ -239,9 +235,8 @@ func simulatePacing(c simConfig) simResult {
 // (the first two seconds of a lock nobody has waited for). Virtual time: deterministic.
 //
 // Each row: reads per handoff (those of the next in line), the lock's idle time per
-// handoff, efficiency against 1/(section + 2 round trips), for the Mutex before and now
-// (the ItemLocker's item records its turn's start too) and the TicketLock before and now
-// (its row records neither the turn's start nor a hold time).
+// handoff, efficiency against 1/(section + 2 round trips), for the Mutex's waiters
+// before (no began) and now (the ItemLocker's item records its turn's start too).
 func TestPaceSimReadsPerHandoff(t *testing.T) {
 	type point struct {
 		name    string
@@ -257,14 +252,12 @@ func TestPaceSimReadsPerHandoff(t *testing.T) {
 		{"16 workers direct, warm ", 16, 800 * time.Microsecond, 6 * time.Second, 2 * time.Second},
 	}
 	for _, pt := range points {
-		// Mutex before, Mutex now (the turn's start and the published hold time on the
-		// row), TicketLock before, TicketLock now (neither on the row).
-		var res [4]simResult
+		var res [2]simResult // before, now
 		for i := range res {
 			for seed := int64(1); seed <= 3; seed++ {
 				r := simulatePacing(simConfig{
 					workers: pt.workers, rtt: pt.rtt, jitter: 0.2, spikes: 0.01, csCalls: 2,
-					lease: 3 * time.Second, duration: pt.dur, skip: pt.skip, began: i%2 == 1, noStart: i >= 2, seed: seed,
+					lease: 3 * time.Second, duration: pt.dur, skip: pt.skip, began: i == 1, seed: seed,
 				})
 				res[i].handoffs += r.handoffs
 				res[i].reads += r.reads
@@ -280,16 +273,14 @@ func TestPaceSimReadsPerHandoff(t *testing.T) {
 				float64(r.nearReads)/float64(max(r.handoffs, 1)), float64(r.idlePerHandoff())/float64(ms), r.efficiency())
 		}
 		t.Log(row)
-		for i, name := range []string{"Mutex", "TicketLock"} {
-			old, nw := res[2*i], res[2*i+1]
-			if nw.handoffs == 0 {
-				t.Fatalf("%s %s: no handoffs", name, pt.name)
-			}
-			// The TicketLock gains little where the watchEvery cap sets the reads (64
-			// workers): a few hundredths either way.
-			if nw.readsPerHandoff() > old.readsPerHandoff()*1.02 {
-				t.Errorf("%s %s: %.2f reads per handoff planned, %.2f before", name, pt.name, nw.readsPerHandoff(), old.readsPerHandoff())
-			}
+		old, nw := res[0], res[1]
+		if nw.handoffs == 0 {
+			t.Fatalf("%s: no handoffs", pt.name)
+		}
+		// Direct to the engine a turn lasts a few round trips of under a millisecond,
+		// where sleeps of at least a millisecond blur every plan: logged, not checked.
+		if pt.rtt >= 5*ms && nw.readsPerHandoff() > old.readsPerHandoff() {
+			t.Errorf("%s: %.2f reads per handoff planned, %.2f before", pt.name, nw.readsPerHandoff(), old.readsPerHandoff())
 		}
 	}
 }

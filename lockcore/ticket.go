@@ -431,8 +431,11 @@ func (t *TicketLock) wait(ctx context.Context, h *ticketHold, row ticketRow, sen
 	lastBefore := sent
 	rtt := max(t.cfg.clock.Now().Sub(sent), time.Millisecond)
 	pk := h.key + "\x00" + h.ns // the lock, in this client's pacing memory
+	// The row records neither when a turn began nor a hold time: planning turns from
+	// estimates of them (pacer.began with no start) measured worse than the pacer's
+	// own approach here (efficiency 0.95/0.71 → 0.68/0.61 in 2 s runs, 0.89/0.83 →
+	// 0.71/0.68 at 64 workers, +5 ms, for about the same calls), so it keeps that.
 	pc := newPacer(&t.pacing, pk, sent)
-	pc.began(sent, time.Time{}, rtt, lease) // the row does not say when a turn began
 	served := false
 	defer func() { pc.done(&t.pacing, pk, served) }()
 	type seen struct {
@@ -502,14 +505,13 @@ func (t *TicketLock) wait(ctx context.Context, h *ticketHold, row ticketRow, sen
 				return nil, t.giveUp(ctx, h, row, start, err)
 			}
 		}
-		// Only the next in line, and a waiter whose read the pacer aimed at its own turn
-		// (pacer.aimed), read strongly consistently. Waiters further back read
+		// Only the next in line reads strongly consistently. Waiters further back read
 		// eventually consistent (half the RCU): they only time their next read by it. Such
 		// a read shows a state the row really had, so the skips it may lead to stay safe
 		// (each is conditioned on the row as observed), but it may be old, so it never
 		// moves lastBefore, the start of our lease's validity.
 		send := t.cfg.clock.Now()
-		consistent := h.ticket-row.serving <= 1 || gone || confirm || pc.aimed
+		consistent := h.ticket-row.serving <= 1 || gone || confirm
 		var it item
 		var err error
 		if consistent {
@@ -542,7 +544,6 @@ func (t *TicketLock) wait(ctx context.Context, h *ticketHold, row ticketRow, sen
 		}
 		if next.life == row.life {
 			pc.read(send, next.serving-row.serving, t.pacing.turn(pk, rtt, pc.pace), rtt)
-			pc.began(send, time.Time{}, rtt, lease)
 		} else {
 			pc.restart(send)
 		}
