@@ -44,10 +44,9 @@ func (r simResult) idlePerHandoff() time.Duration {
 func (r simResult) efficiency() float64 { return float64(r.cs) / r.ideal }
 
 type simEvent struct {
-	at   time.Time
-	seq  int
-	run  func(now time.Time)
-	heap int
+	at  time.Time
+	seq int
+	run func(now time.Time)
 }
 
 type simQueue []*simEvent
@@ -66,8 +65,6 @@ func (q *simQueue) at(t time.Time, f func(time.Time), seq *int) {
 	*seq++
 	heap.Push(q, &simEvent{at: t, seq: *seq, run: f})
 }
-
-var simTrace func(string)
 
 func simulatePacing(c simConfig) simResult {
 	rng := rand.New(rand.NewSource(c.seed))
@@ -201,9 +198,6 @@ func simulatePacing(c simConfig) simResult {
 			w.pc.read(send, nrow.serving-prev, w.p.turnShared("k", w.rtt, w.pc.pace, nrow.sharedHold()), w.rtt)
 			if c.began {
 				w.pc.began(send, nrow.turnBegan(), w.rtt, c.lease)
-			}
-			if simTrace != nil && w == ws[0] {
-				simTrace(fmt.Sprintf("%s read pos %d→%d pace %s spread %s turnAt %s", now.Sub(t0), pos, w.ticket-nrow.serving, w.pc.pace, w.pc.spread, w.pc.turnAt.Sub(t0)))
 			}
 			if nrow.serving == w.ticket {
 				w.pc.done(&w.p, "k", true)
