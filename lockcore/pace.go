@@ -168,8 +168,8 @@ type pacer struct {
 	winMoved int64         // tickets served in the window
 	movedAt  time.Time     // send time of the last read that found the head moved (or the wait's start; zero: unknown)
 
-	// Set by began (the strategies whose rows say when the served ticket's turn began,
-	// and the cold start of all of them); see pacer.turnPlan.
+	// Set by began (Mutex and ItemLocker, whose rows say when the served ticket's turn
+	// began); see pacer.turnPlan.
 	planned  bool          // began was called: delay plans turns (turnPlan)
 	turnAt   time.Time     // when the served ticket's turn began, as its row says (zero: unknown)
 	moved    int64         // tickets served between the last two reads (see read)
@@ -411,10 +411,10 @@ func (p *pacer) turnPlan(now time.Time, pos int64, rtt, turn time.Duration) time
 	if err <= rtt/2 {
 		// Near enough to aim at our own turn: the release is due at the end of the
 		// predecessor's turn, and a read sent then finds it (or finds us next in line,
-		// with the turn's start to plan from). The caller makes
-		// that read a strongly consistent one (aimed), as the next in line's are: a read
-		// that finds our turn should count for the lease's validity, and an eventually
-		// consistent one would need a second read to do so.
+		// with the turn's start to plan from). The caller makes that read a strongly
+		// consistent one (aimed), as the next in line's are: a read that finds our turn
+		// should count for the lease's validity, and an eventually consistent one would
+		// need a second read to do so.
 		target := at.Add(time.Duration(pos) * turn)
 		if target.After(now) {
 			p.aimed = true
