@@ -256,7 +256,7 @@ func (p *pacer) restart(send time.Time) {
 // yet, is read at most every quarter of the time it has stood still: a long hold costs a
 // few reads (about four per doubling of the wait) instead of one every few milliseconds.
 func (p *pacer) delay(now time.Time, pos int64, rtt, turn time.Duration) time.Duration {
-	if p.planned {
+	if p.planned && rtt >= planMinRTT {
 		// The measured pace, which the reads' own lateness is part of, capped by the
 		// caller's plan (hold time and round trips: see pacing.turn) so that lateness
 		// cannot feed on itself.
@@ -313,6 +313,12 @@ func (p *pacer) paced(now time.Time, pos int64, rtt, turn time.Duration) time.Du
 	}
 	return max(rtt/4, -left/4)
 }
+
+// planMinRTT is the shortest round trip turns are planned for (see began). Below it a
+// turn lasts a few milliseconds, the sleeps' millisecond granularity blurs every plan,
+// and the pacer's own approach (paced) cost fewer calls: direct to DynamoDB Local, 16
+// workers, Mutex 9.95–12.90 lock calls per section against 16.1–16.7 planned.
+const planMinRTT = 3 * time.Millisecond
 
 // began records what a read sent at sent showed of the served ticket's turn: when it
 // began (at, from the row: Mutex's hSince, an ItemLocker item's lockTime; zero when the
