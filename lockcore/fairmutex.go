@@ -120,6 +120,15 @@ func parseMutexRow(it item, wattr string) mutexRow {
 	return r
 }
 
+// turnBegan is when the served ticket's turn began, as the row records it (hSince, the
+// writer's clock; zero: not recorded). Timing only, never safety.
+func (r mutexRow) turnBegan() time.Time {
+	if r.format != fmtFair || r.hFor != r.serving || r.hSince <= 0 {
+		return time.Time{}
+	}
+	return time.UnixMilli(r.hSince)
+}
+
 // sharedHold is the hold time the row's holders published (0: none).
 func (r mutexRow) sharedHold() time.Duration { return time.Duration(r.holdMs) * time.Millisecond }
 
@@ -664,7 +673,7 @@ func (m *Mutex) wait(ctx context.Context, h *mutexHold, row mutexRow, sent time.
 	pk := m.pk(h.key, h.ns)
 	obs := m.cfg.seen.load(pk)
 	defer func() { m.cfg.seen.store(pk, obs) }()
-	w := lineWait{cfg: m.cfg, pacing: &m.pacing, pk: pk, key: h.key, what: "acquire", ticket: h.ticket, ac: ac, start: start, obs: &obs}
+	w := lineWait{cfg: m.cfg, pacing: &m.pacing, pk: pk, key: h.key, what: "acquire", ticket: h.ticket, ac: ac, start: start, obs: &obs, plan: true}
 	row, lastBefore, err := waitTurn(ctx, mutexLine{m, h, st}, w, row, sent)
 	if err != nil {
 		return nil, err

@@ -95,6 +95,23 @@ func (il *ItemLocker) state(it item, wid string) itemState {
 	return st
 }
 
+// turnBegan is when the served ticket's turn began, as the item records it (zero: not
+// recorded): the holder's lockTime, or for a ticket handed over to its marker (no
+// lockTime yet) the lease end the handoff wrote less the lease it wrote. Heartbeats move
+// both, so for a long hold it is the last heartbeat: timing only, never safety.
+func (il *ItemLocker) turnBegan(st itemState) time.Time {
+	if st.lockedBy == "" || st.ticket != st.serving {
+		return time.Time{}
+	}
+	if ms, ok := attrN(st.it, il.attrs.LockTime); ok && ms > 0 {
+		return time.UnixMilli(ms)
+	}
+	if st.until > 0 && st.leaseMs > 0 {
+		return time.UnixMilli(st.until - st.leaseMs)
+	}
+	return time.Time{}
+}
+
 // served says what the served ticket is.
 type servedKind int
 
@@ -897,6 +914,7 @@ func (il *ItemLocker) wait(ctx context.Context, h *itemHold, leaseID string, tr 
 	rtt := max(il.cfg.clock.Now().Sub(tr.sent), time.Millisecond)
 	pk := il.pacingKey(h.label)
 	pc := newPacer(&il.pacing, pk, tr.sent)
+	pc.began(tr.sent, il.turnBegan(st), rtt, lease)
 	served := false
 	defer func() { pc.done(&il.pacing, pk, served) }()
 	type seen struct {
@@ -988,10 +1006,12 @@ func (il *ItemLocker) wait(ctx context.Context, h *itemHold, leaseID string, tr 
 		// validity (lastBefore). A view that shows it next in line only makes its next
 		// read, timed as usual, a consistent one (as the Mutex's waiters do): confirming
 		// that at once cost a strong read per critical section (about 0.2 lock CU at 64
-		// bench workers) and told nothing the timed read does not.
+		// bench workers) and told nothing the timed read does not. A read the pacer
+		// aimed at our own turn from further back (pacer.aimed) is a consistent one for
+		// the same reason: confirming a turn it found would cost a second read.
 		// A consistent read at least every quarter lease keeps lastBefore fresh, so that
 		// a waiter served after a long wait enters with most of its lease (no renewal).
-		far := !confirm && st.ownEntry && h.ticket-st.serving > 1 && send.Sub(lastBefore) < lease/4
+		far := !confirm && !pc.aimed && st.ownEntry && h.ticket-st.serving > 1 && send.Sub(lastBefore) < lease/4
 		confirm = false
 		var it item
 		var err error
@@ -1024,6 +1044,7 @@ func (il *ItemLocker) wait(ctx context.Context, h *itemHold, leaseID string, tr 
 			lastBefore = send
 		}
 		pc.read(send, next.serving-st.serving, il.pacing.turn(pk, rtt, pc.pace), rtt)
+		pc.began(send, il.turnBegan(next), rtt, lease)
 		stConsistent = !far
 		if next.serving != obs.serving || next.rev != obs.rev || next.lockedBy != obs.lockedBy {
 			obs = seen{serving: next.serving, rev: next.rev, lockedBy: next.lockedBy, at: now}

@@ -23,6 +23,7 @@ type lineRow interface {
 	servedLease() time.Duration // the lease of the served ticket
 	sharedHold() time.Duration  // the hold time the lock's holders publish (0: none)
 	holder() *Holder            // the served ticket's holder, for a HeldError
+	turnBegan() time.Time       // when the served ticket's turn began (zero: not recorded)
 }
 
 func (r ticketRow) line() ticketRow { return r }
@@ -32,6 +33,9 @@ func (r ticketRow) servedLease() time.Duration { return time.Duration(r.leaseMs)
 
 // sharedHold: TicketLock holders publish no hold time.
 func (r ticketRow) sharedHold() time.Duration { return 0 }
+
+// turnBegan: a TicketLock row does not say when a turn began.
+func (r ticketRow) turnBegan() time.Time { return time.Time{} }
 
 // lineLayout is what a wait line needs of its strategy.
 type lineLayout[R lineRow] interface {
@@ -66,6 +70,11 @@ type lineWait struct {
 	ac     *acquireConfig
 	start  time.Time // when the acquisition began
 	obs    *observer // what this client saw of the served ticket
+	// plan: the row says when each turn began (lineRow.turnBegan), and the pacer plans
+	// reads from it (pacer.began). A TicketLock row records neither turn starts nor hold
+	// times; planning from estimates of them measured worse than the pacer's own
+	// approach (docs/performance.md), so it keeps that.
+	plan bool
 }
 
 // servedKey names the served ticket of a row in the observation memory.
@@ -91,6 +100,9 @@ func waitTurn[R lineRow](ctx context.Context, ly lineLayout[R], w lineWait, row 
 	lastBefore := sent
 	rtt := max(clock.Now().Sub(sent), time.Millisecond)
 	pc := newPacer(w.pacing, w.pk, sent)
+	if w.plan {
+		pc.began(sent, row.turnBegan(), rtt, max(row.servedLease(), time.Millisecond))
+	}
 	if w.ac.urgent {
 		pc.reach = minReach
 	}
@@ -157,13 +169,14 @@ func waitTurn[R lineRow](ctx context.Context, ly lineLayout[R], w lineWait, row 
 				return row, lastBefore, giveUp(ctx, ly, w, row, err)
 			}
 		}
-		// Only the next in line reads strongly consistently; waiters further back read
+		// Only the next in line, and a waiter whose read the pacer aimed at its own turn
+		// (pacer.aimed), read strongly consistently; waiters further back read
 		// eventually consistent (half the RCU) and only time their next read by it. Such
 		// a read shows a state the row really had, so the skips it may lead to stay safe
 		// (each is conditioned on the row as observed), but it may be old, so it never
 		// moves lastBefore.
 		send := clock.Now()
-		consistent := w.ticket-b.serving <= 1 || gone || confirm
+		consistent := w.ticket-b.serving <= 1 || gone || confirm || pc.aimed
 		it, err := ly.read(ctx, consistent)
 		if err != nil {
 			if ctx.Err() != nil {
@@ -187,6 +200,9 @@ func waitTurn[R lineRow](ctx context.Context, ly lineLayout[R], w lineWait, row 
 		}
 		if nb.life == b.life {
 			pc.read(send, nb.serving-b.serving, w.pacing.turnShared(w.pk, rtt, pc.pace, next.sharedHold()), rtt)
+			if w.plan {
+				pc.began(send, next.turnBegan(), rtt, max(next.servedLease(), time.Millisecond))
+			}
 		} else {
 			pc.restart(send)
 		}
