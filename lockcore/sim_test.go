@@ -476,21 +476,6 @@ func (d simDB) TransactWriteItems(ctx context.Context, in *dynamodb.TransactWrit
 	return o, err
 }
 
-// pause waits d of virtual time, or until ctx ends.
-func pause(ctx context.Context, d time.Duration) error {
-	if d <= 0 {
-		return ctx.Err()
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
-}
-
 // gate holds a call of a crashed client until the run ends, and one of a frozen client
 // until it thaws. It reports false for a crashed client.
 func (d simDB) gate() bool {
@@ -550,11 +535,11 @@ func (d simDB) call(ctx context.Context, op string, write bool, apply func(conte
 		r.event("%s %s: dial failed", c.name, op)
 		return nil, errSimDial
 	case faultDrop:
-		_ = pause(ctx, reqDelay+respDelay)
+		_ = sleep(ctx, reqDelay+respDelay)
 		r.event("%s %s: dropped (timeout)", c.name, op)
 		return nil, errSimTimeout
 	case faultLate:
-		_ = pause(ctx, reqDelay)
+		_ = sleep(ctx, reqDelay)
 		r.event("%s %s: timed out, lands later", c.name, op)
 		go func() {
 			time.Sleep(late)
@@ -563,7 +548,7 @@ func (d simDB) call(ctx context.Context, op string, write bool, apply func(conte
 		}()
 		return nil, errSimTimeout
 	}
-	if err := pause(ctx, reqDelay); err != nil {
+	if err := sleep(ctx, reqDelay); err != nil {
 		return nil, err // the caller gave up before the request was sent in full: not applied
 	}
 	if !d.gate() {
@@ -572,13 +557,13 @@ func (d simDB) call(ctx context.Context, op string, write bool, apply func(conte
 	out, err := apply(context.Background())
 	r.applied(c, op, write, out, err)
 	if fault == faultLost {
-		_ = pause(ctx, respDelay)
+		_ = sleep(ctx, respDelay)
 		if fiveXX {
 			return nil, errSim5xx
 		}
 		return nil, errSimTimeout
 	}
-	if perr := pause(ctx, respDelay); perr != nil {
+	if perr := sleep(ctx, respDelay); perr != nil {
 		return nil, perr // applied, but the caller stopped waiting: ambiguous
 	}
 	if !d.gate() {
@@ -863,7 +848,7 @@ func (r *simRun) client(c *simClient, wg *sync.WaitGroup, n int) {
 			return l.Lease, l, nil
 		}
 	}
-	_ = pause(context.Background(), jitter(c.rng, 2*time.Second))
+	_ = sleep(context.Background(), jitter(c.rng, 2*time.Second))
 	cycles := 2 + c.rng.IntN(2)
 	for i := range cycles {
 		r.mu.Lock()
@@ -921,7 +906,7 @@ func (r *simRun) client(c *simClient, wg *sync.WaitGroup, n int) {
 				r.released(c, key, held, validTo, callAt, err)
 			}
 			cancelCtx(nil)
-			_ = pause(context.Background(), jitter(c.rng, time.Second))
+			_ = sleep(context.Background(), jitter(c.rng, time.Second))
 			continue
 		}
 		r.event("%s cycle %d: acquire %s (cancel after %s, hold %s)", c.name, i, key, cancelAt, hold)
@@ -943,7 +928,7 @@ func (r *simRun) client(c *simClient, wg *sync.WaitGroup, n int) {
 		}
 		r.released(c, key, l, validTo, callAt, rerr)
 		cancelCtx(nil)
-		_ = pause(context.Background(), jitter(c.rng, time.Second))
+		_ = sleep(context.Background(), jitter(c.rng, time.Second))
 	}
 }
 
