@@ -774,7 +774,7 @@ func (m *Mutex) withdraw(ctx context.Context, h *mutexHold) {
 			row := parseMutexRow(old, h.wattr)
 			if row.format == fmtFair && row.life == h.life && row.ownEntry && row.serving == row.ownTicket {
 				l := &Lease{key: h.key, namespace: h.ns, id: h.leaseID(), owner: m.cfg.owner, clock: m.cfg.clock, duration: m.cfg.lease}
-				_ = h.release(ctx, l)
+				_ = h.release(ctx, l) // served meanwhile: pass it on
 			}
 		})
 }

@@ -893,11 +893,6 @@ func (il *ItemLocker) skip(ctx context.Context, h *itemHold, st itemState, lease
 	return err == nil
 }
 
-// readEventually reads the item with an eventually consistent GetItem.
-func (il *ItemLocker) readEventually(ctx context.Context, key item) (item, error) {
-	return readEventually(ctx, il.db, il.table, key)
-}
-
 // waitResult is a wait that reached our turn.
 type waitResult struct {
 	st      itemState
@@ -1016,7 +1011,7 @@ func (il *ItemLocker) wait(ctx context.Context, h *itemHold, leaseID string, tr 
 		var it item
 		var err error
 		if far {
-			it, err = il.readEventually(ctx, h.key)
+			it, err = readEventually(ctx, il.db, il.table, h.key)
 		} else {
 			it, err = il.read(ctx, h.key)
 		}
@@ -1094,7 +1089,7 @@ func (il *ItemLocker) withdraw(ctx context.Context, h *itemHold, leaseID string)
 			l := &Lease{key: h.label, id: leaseID, owner: il.cfg.owner, clock: il.cfg.clock, duration: il.cfg.lease}
 			if h.ownsState(l, st) {
 				h.next = st.next
-				_ = h.release(ctx, l)
+				_ = h.release(ctx, l) // served meanwhile: pass it on
 			}
 		})
 }

@@ -356,11 +356,11 @@ func (p *pacer) began(sent, at time.Time, rtt, lease time.Duration) {
 		if p.pace <= 0 {
 			p.pace = sample
 		} else {
-			dev := deviation(sample, p.pace, p.moved)
-			if p.spread <= 0 {
+			if dev := deviation(sample, p.pace, p.moved); p.spread <= 0 {
 				p.spread = dev
+			} else {
+				p.spread = (3*p.spread + dev) / 4
 			}
-			p.spread = (3*p.spread + dev) / 4
 			p.pace = (3*p.pace + sample) / 4
 		}
 		p.winAt, p.winMoved = sent, 0 // the window estimate is not needed meanwhile

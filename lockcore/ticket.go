@@ -520,7 +520,7 @@ func (t *TicketLock) withdraw(ctx context.Context, h *ticketHold) {
 			row := parseTicketRow(old, h.wattr)
 			if row.exists && row.life == h.life && row.serving == h.ticket && row.ownEntry {
 				l := &Lease{key: h.key, namespace: h.ns, clock: t.cfg.clock, duration: h.lease}
-				_ = h.release(ctx, l)
+				_ = h.release(ctx, l) // served meanwhile: pass it on
 			}
 		})
 }
