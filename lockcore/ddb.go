@@ -95,6 +95,16 @@ func conditionOld(err error) (item, bool) {
 	return nil, false
 }
 
+// refusedItem returns the item a refused conditional write found: the refusal's own
+// copy (every conditional write asks for it), or else reread's (the item is gone, or
+// the engine returned none).
+func refusedItem(ctx context.Context, err error, reread func(context.Context) (item, error)) (item, error) {
+	if old, ok := conditionOld(err); ok {
+		return old, nil
+	}
+	return reread(ctx)
+}
+
 // detached gives a short context for clean-up work that must run even though the
 // caller's context has ended (re-reads after ambiguous writes, best-effort releases).
 func detached(ctx context.Context) (context.Context, context.CancelFunc) {

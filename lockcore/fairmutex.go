@@ -402,7 +402,7 @@ func (m *Mutex) take(ctx context.Context, key string, ac *acquireConfig, start t
 			m.cfg.observeServer(out.ResultMetadata)
 			row := parseMutexRow(out.Attributes, h.wattr)
 			h.ticket, h.life, h.next = row.ownTicket, row.life, row.next
-			h.gc = row.oldTombs(now)
+			h.gc = row.tombs.old(now)
 			h.tomb = uncertain
 			if row.serving != h.ticket && itemBytes(out.Attributes) > m.rowRoom() {
 				if err := giveBack(); err != nil {
@@ -429,7 +429,7 @@ func (m *Mutex) take(ctx context.Context, key string, ac *acquireConfig, start t
 			switch {
 			case row.ownEntry && uncertain: // an earlier, ambiguous attempt of ours landed
 				h.ticket, h.life, h.next = row.ownTicket, row.life, row.next
-				h.gc = row.oldTombs(now)
+				h.gc = row.tombs.old(now)
 				h.tomb = true
 				if row.serving != h.ticket && itemBytes(old) > m.rowRoom() {
 					// As for a take whose answer we got (old is the row it left).
@@ -770,12 +770,13 @@ func (m *Mutex) withdraw(ctx context.Context, h *mutexHold) {
 		WithUpdate(endEntry(expression.Remove(name(h.dattr)), h.wattr, h.tomb, m.cfg.clock.Now())))
 	withdrawal(ctx, m.db, m.table, m.keyOf(h.key, h.ns), e,
 		func(ctx context.Context) (item, error) { return m.read(ctx, h.key, h.ns) },
-		func(ctx context.Context, old item) {
+		func(ctx context.Context, old item) *expression.Expression {
 			row := parseMutexRow(old, h.wattr)
 			if row.format == fmtFair && row.life == h.life && row.ownEntry && row.serving == row.ownTicket {
 				l := &Lease{key: h.key, namespace: h.ns, id: h.leaseID(), owner: m.cfg.owner, clock: m.cfg.clock, duration: m.cfg.lease}
 				_ = h.release(ctx, l) // served meanwhile: pass it on
 			}
+			return nil
 		})
 }
 
@@ -790,7 +791,7 @@ func (m *Mutex) withdrawUnknown(ctx context.Context, h *mutexHold) {
 			Set(name(m.cfg.names.TTL), expression.IfNotExists(name(m.cfg.names.TTL), value(m.cfg.ttlAt(now, m.cfg.lease+m.cfg.ttlGrace))))))
 	withdrawal(ctx, m.db, m.table, m.keyOf(h.key, h.ns), e,
 		func(ctx context.Context) (item, error) { return m.read(ctx, h.key, h.ns) },
-		func(ctx context.Context, old item) {
+		func(ctx context.Context, old item) *expression.Expression {
 			if row := parseMutexRow(old, h.wattr); row.ownEntry {
 				h.ticket, h.life = row.ownTicket, row.life
 				// Another copy of the request may still be on its way: leave a
@@ -798,6 +799,7 @@ func (m *Mutex) withdrawUnknown(ctx context.Context, h *mutexHold) {
 				h.tomb = true
 				m.withdraw(ctx, h)
 			} // else our tombstone, from an earlier attempt
+			return nil
 		})
 }
 

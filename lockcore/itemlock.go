@@ -390,7 +390,7 @@ func (il *ItemLocker) Acquire(ctx context.Context, key map[string]types.Attribut
 		if tr.claimed {
 			// Old tombstones go with our release, as a queued holder's take arranges:
 			// an item only ever claimed would otherwise keep every tombstone it got.
-			for _, w := range tr.st.oldTombs(il.cfg.clock.Now()) {
+			for _, w := range tr.st.tombs.old(il.cfg.clock.Now()) {
 				if w != h.tombWID {
 					h.gc = append(h.gc, w)
 				}
@@ -736,6 +736,7 @@ func (il *ItemLocker) write(ctx context.Context, lease *ItemLease, update expres
 	add, own := updateBytes(update), 0
 	switch {
 	case release:
+		own = h.passBytes(l, h.handsOver())
 	case h.lean:
 		own = h.own // our ticket's marker stays
 	default:

@@ -55,7 +55,7 @@ type itemState struct {
 	owner      string
 	write      string
 	waiters    map[int64]string // ticket → waiter id
-	tombs      map[string]int64 // waiter id → ms: withdrawn before issued
+	tombs      tombstones       // waiter id → ms: withdrawn before issued
 	ownTicket  int64            // ticket of the entry asked about
 	ownEntry   bool
 }
@@ -140,16 +140,6 @@ func (st itemState) served() servedKind {
 		}
 	}
 	return servedLive
-}
-
-func (st itemState) oldTombs(now time.Time) []string {
-	var old []string
-	for k, ms := range st.tombs {
-		if now.Sub(time.UnixMilli(ms)) > tombLife && len(old) < maxTombGC {
-			old = append(old, k)
-		}
-	}
-	return old
 }
 
 // staleEntries returns (up to n) entries of tickets serving has passed: a waiter that was
@@ -261,9 +251,22 @@ func (h *itemHold) claimBytes(l *Lease) int {
 	return len(a.LockedBy) + len(l.id) + len(a.Owner) + len(l.owner) + len(a.LockTime) + numberBytes("1234567890123")
 }
 
+// passBytes bounds the holder attributes a release leaves on the item: on a handoff the
+// next ticket's marker, ticket, lease end and length; and a digit more in serving and
+// rev.
+func (h *itemHold) passBytes(l *Lease, handoff bool) int {
+	n := 2
+	if handoff {
+		a := h.il.attrs
+		n += len(a.LockedBy) + len(marker(h.ticket+1)) + len(a.Ticket) + numberBytes(strconv.FormatInt(h.ticket+1, 10)) +
+			len(a.Until) + numberBytes("1234567890123") + len(a.LeaseMs) + numberBytes(strconv.FormatInt(l.duration.Milliseconds(), 10))
+	}
+	return n
+}
+
 // padding is the size of the Room padding (0: none) that a holder write adding about add
-// bytes carries, when the write leaves own bytes of holder attributes on the item (ours:
-// our release removes them; 0 for a release). A write carrying it fails as too large
+// bytes carries, when the write leaves own bytes of holder attributes on the item (ours,
+// which our release removes; for a release, passBytes). A write carrying it fails as too large
 // unless, once we have released, itemHeadroom stays free for the next holder's lock
 // attributes — or, on an item that already had less free, unless it leaves the item no
 // larger than it was (as far as the hold knows its size). The next renewal or holder
@@ -485,10 +488,7 @@ func (h *itemHold) renew(ctx context.Context, l *Lease) error {
 		}
 		switch classify(err) {
 		case errCondition:
-			old, ok := conditionOld(err)
-			if !ok {
-				old, _ = il.read(ctx, h.key)
-			}
+			old, _ := refusedItem(ctx, err, func(ctx context.Context) (item, error) { return il.read(ctx, h.key) })
 			if st := il.state(old, h.wid); st.lockedBy == l.id && st.owner == l.owner && st.leaseMs > d.Milliseconds() && flips < 4 {
 				flips++
 				h.grant = st.leaseMs // granted by another handle: keep it
@@ -534,7 +534,7 @@ func (h *itemHold) release(ctx context.Context, l *Lease) error {
 	// Near the size limit, keep room for the next holder's lock attributes (room.go);
 	// but a release never fails for it: without room the next holder holds by its
 	// ticket (itemHold.lean).
-	pad := h.padding(0, 0)
+	pad := h.padding(0, h.passBytes(l, handoff))
 	for {
 		var u expression.UpdateBuilder
 		cond := h.owns(l)
@@ -553,10 +553,7 @@ func (h *itemHold) release(ctx context.Context, l *Lease) error {
 		}
 		switch classify(err) {
 		case errCondition:
-			old, ok := conditionOld(err)
-			if !ok {
-				old, _ = il.read(ctx, h.key)
-			}
+			old, _ := refusedItem(ctx, err, func(ctx context.Context) (item, error) { return il.read(ctx, h.key) })
 			st := il.state(old, h.wid)
 			if st.write == releaseID || (uncertain && h.passedOn(l, st)) {
 				return nil // our earlier attempt released it
@@ -706,7 +703,7 @@ func (il *ItemLocker) take(ctx context.Context, h *itemHold, leaseID string, ac 
 				return takeResult{st: st, claimed: true, sent: first}, nil
 			}
 			h.ticket, h.entry = st.ownTicket, true
-			h.gc = st.oldTombs(now)
+			h.gc = st.tombs.old(now)
 			il.busy.set(pk, now, true)
 			return takeResult{st: st, sent: first}, nil
 		}
@@ -728,7 +725,7 @@ func (il *ItemLocker) take(ctx context.Context, h *itemHold, leaseID string, ac 
 			case st.ownEntry && uncertainQueue:
 				h.tombWID = h.wid
 				h.ticket, h.entry = st.ownTicket, true
-				h.gc = st.oldTombs(now)
+				h.gc = st.tombs.old(now)
 				return takeResult{st: st, sent: first}, nil
 			case st.ownEntry, st.tombs[h.wid] != 0:
 				h.wid = newWaiterID() // another waiter's id (48 random bits: rare)
@@ -795,7 +792,7 @@ func (il *ItemLocker) take(ctx context.Context, h *itemHold, leaseID string, ac 
 				case !claimForm && st.ownEntry:
 					h.tombWID = h.wid
 					h.ticket, h.entry = st.ownTicket, true
-					h.gc = st.oldTombs(now)
+					h.gc = st.tombs.old(now)
 					return takeResult{st: st, sent: first}, nil
 				}
 				last = st
@@ -1084,13 +1081,14 @@ func (il *ItemLocker) withdraw(ctx context.Context, h *itemHold, leaseID string)
 		WithUpdate(h.withdrawal()))
 	withdrawal(ctx, il.db, il.table, h.key, e,
 		func(ctx context.Context) (item, error) { return il.read(ctx, h.key) },
-		func(ctx context.Context, old item) {
+		func(ctx context.Context, old item) *expression.Expression {
 			st := il.state(old, h.wid)
 			l := &Lease{key: h.label, id: leaseID, owner: il.cfg.owner, clock: il.cfg.clock, duration: il.cfg.lease}
 			if h.ownsState(l, st) {
 				h.next = st.next
 				_ = h.release(ctx, l) // served meanwhile: pass it on
 			}
+			return nil
 		})
 }
 
@@ -1100,18 +1098,12 @@ func (il *ItemLocker) withdraw(ctx context.Context, h *itemHold, leaseID string)
 // it under our lease id, whose renewals and writes would then pass their conditions
 // after later holders wrote. Best effort while the detached context lasts (5 s).
 func (il *ItemLocker) entomb(ctx context.Context, h *itemHold) {
-	rctx, cancel := detached(ctx)
-	defer cancel()
 	e := expr(expression.NewBuilder().
 		WithCondition(expression.AttributeExists(name(il.attrs.Waiters))).
 		WithUpdate(expression.Set(il.waiterPath(h.tombWID), value(tombstone(il.cfg.clock.Now())))))
-	bo := backoff{base: 50 * time.Millisecond, cap: 500 * time.Millisecond}
-	for {
-		_, err := il.db.UpdateItem(rctx, conditionalUpdate(il.table, h.key, e, types.ReturnValueNone), noSDKRetry)
-		if err == nil || classify(err) == errCondition || classify(err) == errFatal || sleep(rctx, bo.next()) != nil {
-			return
-		}
-	}
+	withdrawal(ctx, il.db, il.table, h.key, e,
+		func(context.Context) (item, error) { return nil, nil }, // refused: nothing to do
+		func(context.Context, item) *expression.Expression { return nil })
 }
 
 // withdrawUnknown withdraws a take whose outcome is unknown: a take that has landed is
@@ -1150,38 +1142,19 @@ func (il *ItemLocker) withdrawUnknown(ctx context.Context, h *itemHold, leaseID 
 			expression.AttributeNotExists(name(a.Waiters)), expression.AttributeNotExists(name(a.LockedBy)))).
 		WithUpdate(expression.Set(name(a.Waiters), value(&types.AttributeValueMemberM{Value: map[string]types.AttributeValue{
 			h.wid: &types.AttributeValueMemberS{Value: tombstone(now)}}}))))
-	bo := backoff{base: 50 * time.Millisecond, cap: 500 * time.Millisecond}
-	for { // while rctx lasts (5 s), as withdraw
-		_, err := il.db.UpdateItem(rctx, conditionalUpdate(il.table, h.key, e, types.ReturnValueNone), noSDKRetry)
-		switch {
-		case err == nil:
-			return
-		case classify(err) == errCondition:
-			old, ok := conditionOld(err)
-			if !ok {
-				if old, err = il.read(rctx, h.key); err != nil {
-					return
-				}
-			}
+	withdrawal(rctx, il.db, il.table, h.key, e,
+		func(ctx context.Context) (item, error) { return il.read(ctx, h.key) },
+		func(ctx context.Context, old item) *expression.Expression {
 			st := il.state(old, h.wid)
 			switch {
 			case st.lockedBy == leaseID: // our claim landed meanwhile
 				release(st)
-				return
 			case st.ownEntry:
 				h.ticket, h.entry = st.ownTicket, true
 				il.withdraw(ctx, h, leaseID)
-				return
 			case !queue && st.exists && !st.hasQueue:
-				e = fresh
-				continue
-			}
-			return // our tombstone from an earlier attempt, or a queue take on no queue
-		case classify(err) == errFatal:
-			return
-		}
-		if sleep(rctx, bo.next()) != nil {
-			return
-		}
-	}
+				return &fresh
+			} // else our tombstone from an earlier attempt, or a queue take on no queue
+			return nil
+		})
 }

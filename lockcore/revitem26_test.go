@@ -396,3 +396,71 @@ func TestShowItemWithdrawnServedTicketIsReleased(t *testing.T) {
 	}
 	_ = l2.Release(ctx)
 }
+
+// A holder handed the item fills it, in its first write (which also claims the item),
+// to just outside the room the lock keeps, while another waiter queued; then it hands
+// the item over with an UpdateAndRelease that grows nothing. Before, that release was
+// refused as too large, every attempt (an ItemTooLargeError for a write that grew
+// nothing), and the lease stayed with the holder: the release's padding was sized as if
+// it left no holder attributes behind, but a handoff writes the next ticket's marker,
+// ticket and lease end, and the first write's padding had counted the claim at its
+// largest. Found by the simulator's near-full items (I7); each free size is a fresh item.
+func TestItemHandoffUpdateAndReleaseNearTheRoomLands(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ctx := ctxT(t, 90*time.Second)
+	lockers := map[string]*lockcore.ItemLocker{}
+	for _, n := range []string{"a", "b", "w"} {
+		lockers[n], _ = lockcore.NewItemLocker(e.db, e.data, fast(n, lockcore.WithHeartbeat(0))...)
+	}
+	landed := 0
+	for free := 1990; free <= 2100; free += 5 {
+		key := dataKey(fmt.Sprintf("roomedge%d", free))
+		la, err := lockers["a"].Acquire(ctx, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := map[string]chan *lockcore.ItemLease{}
+		for i, n := range []string{"b", "w"} {
+			got[n] = make(chan *lockcore.ItemLease, 1)
+			go func() {
+				l, err := lockers[n].Acquire(ctx, key, lockcore.WaitUpTo(20*time.Second))
+				if err != nil {
+					t.Error(err)
+				}
+				got[n] <- l
+			}()
+			waitQueued(t, e, key, i+1)
+		}
+		if err := la.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		lb := <-got["b"]
+		if lb == nil {
+			t.FailNow()
+		}
+		size := itemBytesOf(t, ctx, e, key)
+		blob := expression.Set(expression.Name("blob"), expression.Value(make([]byte, itemLimit-size-len("blob")-free)))
+		if _, err := lb.Update(ctx, blob, expression.ConditionBuilder{}); err != nil {
+			wantTooLarge(t, err, fmt.Sprintf("an Update leaving %d bytes free", free))
+		} else {
+			landed++
+		}
+		if _, err := lb.UpdateAndRelease(ctx, expression.Set(expression.Name("by"), expression.Value(1)), expression.ConditionBuilder{}); err != nil {
+			t.Fatalf("%d bytes free: UpdateAndRelease that grows nothing, handing the item over: %v", free, err)
+		}
+		lw := <-got["w"]
+		if lw == nil {
+			t.FailNow()
+		}
+		if err := lw.Renew(ctx); err != nil {
+			t.Fatalf("%d bytes free: the next holder's heartbeat: %v", free, err)
+		}
+		if err := lw.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if landed == 0 {
+		t.Fatal("setup: no Update near the room's edge landed")
+	}
+}

@@ -125,7 +125,7 @@ type ticketRow struct {
 	waiters               map[int64]string // ticket → w# attribute
 	ownTicket             int64            // ticket of the w# entry asked about (0: none)
 	ownEntry, servedEntry bool
-	tombs                 map[string]int64 // w# attribute → ms: withdrawn before issued
+	tombs                 tombstones // w# attribute → ms: withdrawn before issued
 	// The last force-release recorded on the row (see settleRelease): its id, the lease
 	// it ended and that lease's token.
 	forcedID, forcedLease string
@@ -321,7 +321,7 @@ func (t *TicketLock) take(ctx context.Context, key string, ac *acquireConfig, st
 			t.cfg.observeServer(out.ResultMetadata)
 			row := parseTicketRow(out.Attributes, h.wattr)
 			h.ticket, h.life = row.ownTicket, row.life
-			h.gc = row.oldTombs(now)
+			h.gc = row.tombs.old(now)
 			h.tomb = uncertain
 			return h, row, first, nil
 		}
@@ -338,7 +338,7 @@ func (t *TicketLock) take(ctx context.Context, key string, ac *acquireConfig, st
 			switch {
 			case row.ownEntry && uncertain: // an earlier, ambiguous attempt of ours landed
 				h.ticket, h.life = row.ownTicket, row.life
-				h.gc = row.oldTombs(now)
+				h.gc = row.tombs.old(now)
 				h.tomb = true
 				return h, row, first, nil
 			case tomb && uncertain:
@@ -516,12 +516,13 @@ func (t *TicketLock) withdraw(ctx context.Context, h *ticketHold) {
 		WithUpdate(endEntry(expression.Set(name(t.cfg.names.TTL), value(t.expiry(now, h.lease))), h.wattr, h.tomb, now)))
 	withdrawal(ctx, t.db, t.table, t.keyOf(h.key, h.ns), e,
 		func(ctx context.Context) (item, error) { return t.read(ctx, h.key, h.ns) },
-		func(ctx context.Context, old item) {
+		func(ctx context.Context, old item) *expression.Expression {
 			row := parseTicketRow(old, h.wattr)
 			if row.exists && row.life == h.life && row.serving == h.ticket && row.ownEntry {
 				l := &Lease{key: h.key, namespace: h.ns, clock: t.cfg.clock, duration: h.lease}
 				_ = h.release(ctx, l) // served meanwhile: pass it on
 			}
+			return nil
 		})
 }
 
@@ -540,9 +541,13 @@ const (
 	maxTombGC  = 16
 )
 
-func (r ticketRow) oldTombs(now time.Time) []string {
+// tombstones maps a withdrawn entry's id to when it was withdrawn (ms).
+type tombstones map[string]int64
+
+// old returns up to maxTombGC tombstones older than tombLife, for removal.
+func (t tombstones) old(now time.Time) []string {
 	var old []string
-	for k, ms := range r.tombs {
+	for k, ms := range t {
 		if now.Sub(time.UnixMilli(ms)) > tombLife && len(old) < maxTombGC {
 			old = append(old, k)
 		}
@@ -562,7 +567,7 @@ func (t *TicketLock) withdrawUnknown(ctx context.Context, key, ns string, h *tic
 			Set(name(t.cfg.names.TTL), expression.IfNotExists(name(t.cfg.names.TTL), value(t.expiry(now, h.lease))))))
 	withdrawal(ctx, t.db, t.table, t.keyOf(key, ns), e,
 		func(ctx context.Context) (item, error) { return t.read(ctx, key, ns) },
-		func(ctx context.Context, old item) {
+		func(ctx context.Context, old item) *expression.Expression {
 			if row := parseTicketRow(old, h.wattr); row.ownEntry {
 				h.ticket, h.life = row.ownTicket, row.life
 				// Another copy of the request may still be on its way: leave a
@@ -570,6 +575,7 @@ func (t *TicketLock) withdrawUnknown(ctx context.Context, key, ns string, h *tic
 				h.tomb = true
 				t.withdraw(ctx, h)
 			} // else our tombstone, from an earlier attempt
+			return nil
 		})
 }
 

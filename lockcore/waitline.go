@@ -227,11 +227,12 @@ func giveUp[R lineRow](ctx context.Context, ly lineLayout[R], w lineWait, row R,
 // withdrawal sends e, a waiter's withdrawal of its ticket (or its tombstone for a ticket
 // request whose outcome is unknown), until it lands or is refused. Refused, reread gives
 // the row if the refusal did not return it, and refused is told the row: the ticket was
-// served meanwhile, say (handed over, or claimed by our own skip), and must be passed on.
+// served meanwhile, say (handed over, or claimed by our own skip), and must be passed on;
+// refused returns the next withdrawal to send, if the row calls for another (nil: done).
 // It keeps trying while the detached context lasts (5 s): a waiter cut off from DynamoDB
 // for longer leaves its ticket behind, and it is skipped after a lease.
 func withdrawal(ctx context.Context, db DynamoDB, table string, key item, e expression.Expression,
-	reread func(context.Context) (item, error), refused func(ctx context.Context, old item)) {
+	reread func(context.Context) (item, error), refused func(ctx context.Context, old item) *expression.Expression) {
 	ctx, cancel := detached(ctx)
 	defer cancel()
 	bo := backoff{base: 50 * time.Millisecond, cap: 500 * time.Millisecond}
@@ -241,14 +242,15 @@ func withdrawal(ctx context.Context, db DynamoDB, table string, key item, e expr
 		case err == nil:
 			return
 		case classify(err) == errCondition:
-			old, ok := conditionOld(err)
-			if !ok {
-				if old, err = reread(ctx); err != nil {
-					return
-				}
+			old, err := refusedItem(ctx, err, reread)
+			if err != nil {
+				return
 			}
-			refused(ctx, old)
-			return
+			next := refused(ctx, old)
+			if next == nil {
+				return
+			}
+			e = *next // after a pause: the row may be refusing it for a while
 		case classify(err) == errFatal:
 			return
 		}
@@ -318,10 +320,7 @@ func startEpoch(ctx context.Context, db DynamoDB, cfg *config, table, what, key 
 		}
 		switch classify(err) {
 		case errCondition:
-			old, ok := conditionOld(err)
-			if !ok {
-				old, _ = reread(ctx)
-			}
+			old, _ := refusedItem(ctx, err, reread)
 			return epochOf(old)
 		case errFatal:
 			return 0, fmt.Errorf("lockcore: %s %q: set fence epoch: %w", what, key, err)
