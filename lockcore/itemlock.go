@@ -736,7 +736,7 @@ func (il *ItemLocker) write(ctx context.Context, lease *ItemLease, update expres
 	add, own := updateBytes(update), 0
 	switch {
 	case release:
-		own = h.passBytes(l, h.handsOver())
+		own = h.passBytes(l, h.handsOver()) // again whenever the release form flips
 	case h.lean:
 		own = h.own // our ticket's marker stays
 	default:
@@ -818,6 +818,8 @@ func (il *ItemLocker) write(ctx context.Context, lease *ItemLease, update expres
 					flips++
 					h.next = n
 					handoff = h.handsOver()
+					own = h.passBytes(l, handoff)
+					pad = h.padding(add, own)
 					continue
 				}
 			}

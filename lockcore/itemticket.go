@@ -562,6 +562,7 @@ func (h *itemHold) release(ctx context.Context, l *Lease) error {
 				flips++
 				h.next = st.next
 				handoff = h.handsOver()
+				pad = h.padding(0, h.passBytes(l, handoff))
 				continue
 			}
 			lerr := il.classifyOld("release", l, old)

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -462,5 +463,94 @@ func TestItemHandoffUpdateAndReleaseNearTheRoomLands(t *testing.T) {
 	}
 	if landed == 0 {
 		t.Fatal("setup: no Update near the room's edge landed")
+	}
+}
+
+// holdAfterTake passes a client's UpdateItems through until one lands (a waiter's
+// ticket take), reports that, and holds the next (the waiter's withdrawal) until open
+// is closed: a waiter slow to leave again.
+type holdAfterTake struct {
+	lockcore.DynamoDB
+	landed     atomic.Bool
+	took, open chan struct{}
+}
+
+func (f *holdAfterTake) UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput, o ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error) {
+	if f.landed.Load() {
+		<-f.open
+		return f.DynamoDB.UpdateItem(ctx, in, o...)
+	}
+	out, err := f.DynamoDB.UpdateItem(ctx, in, o...)
+	if err == nil {
+		f.landed.Store(true)
+		close(f.took)
+	}
+	return out, err
+}
+
+// A release whose form flips from freeing the item to handing it over keeps padding
+// sized for the form it sends. The holder's item has less than the lock's 2 KiB room
+// free; a waiter takes a ticket after the holder's last look (and will withdraw, the item
+// being too full to wait on, but has not yet); the holder's UpdateAndRelease is first
+// sent in the form that frees the item, is refused, and is sent again as a handoff.
+// Before, the handoff kept the free form's padding, 68 bytes more than the item had, and
+// a release that grew nothing was refused as too large. Found by the simulator (I7).
+func TestItemUpdateAndReleaseTurnedHandoffNearTheRoomLands(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ctx := ctxT(t, 90*time.Second)
+	b, _ := lockcore.NewItemLocker(e.db, e.data, fast("b", lockcore.WithHeartbeat(0))...)
+	took := 0
+	for free := 1900; free <= 2040; free += 20 {
+		key := dataKey(fmt.Sprintf("flipedge%d", free))
+		lb, err := b.Acquire(ctx, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fillTo(t, ctx, e, key, 100) // as another writer of the table would
+		out, err := e.db.GetItem(ctx, &dynamodb.GetItemInput{TableName: &e.data, Key: key, ConsistentRead: aws.Bool(true)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := len(out.Item["blob"].(*types.AttributeValueMemberB).Value) - (free - 100)
+		shrink := expression.Set(expression.Name("blob"), expression.Value(make([]byte, n)))
+		if _, err := lb.Update(ctx, shrink, expression.ConditionBuilder{}); err != nil {
+			t.Fatalf("%d bytes free: an Update shrinking the item: %v", free, err)
+		}
+		f := &holdAfterTake{DynamoDB: e.db, took: make(chan struct{}), open: make(chan struct{})}
+		w, _ := lockcore.NewItemLocker(f, e.data, fast("w", lockcore.WithHeartbeat(0))...)
+		got := make(chan *lockcore.ItemLease, 1)
+		go func() {
+			l, err := w.Acquire(ctx, key, lockcore.WaitUpTo(20*time.Second))
+			if err != nil && !errors.Is(err, lockcore.ErrItemTooLarge) {
+				t.Error(err)
+			}
+			got <- l
+		}()
+		var lw *lockcore.ItemLease
+		answered := false
+		select {
+		case <-f.took:
+			took++
+		case lw = <-got: // refused before it took a ticket
+			answered = true
+		}
+		_, err = lb.UpdateAndRelease(ctx, expression.Set(expression.Name("by"), expression.Value(1)), expression.ConditionBuilder{})
+		close(f.open)
+		if err != nil {
+			t.Fatalf("%d bytes free: UpdateAndRelease that grows nothing: %v", free, err)
+		}
+		if !answered {
+			lw = <-got
+		}
+		if lw != nil {
+			if err := lw.Release(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	t.Logf("the waiter took a ticket in %d of 8 rounds", took)
+	if took == 0 {
+		t.Fatal("setup: the waiter never took a ticket")
 	}
 }

@@ -3,5 +3,5 @@
 package lockcore
 
 // simDefaultSeeds is how many seeds `go test` runs in TestSim without the race detector
-// (about 2000 in well under a minute).
-const simDefaultSeeds = 2000
+// (about a minute on two cores).
+const simDefaultSeeds = 1500

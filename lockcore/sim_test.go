@@ -363,7 +363,7 @@ func (r *simRun) fail(format string, args ...any) {
 // play runs the scenario.
 func (r *simRun) play() {
 	var clients []*simClient
-	kinds := []string{"mutex", "ticket", "item"}
+	kinds := []string{"mutex", "ticket", "item", "queue"}
 	for _, kind := range kinds {
 		n := 2 + r.rng.IntN(4)
 		for i := range n {
@@ -810,7 +810,7 @@ func (r *simRun) client(c *simClient, wg *sync.WaitGroup, n int) {
 		WithTTLGrace(3*r.p.lease + 3*time.Second), WithRetention(time.Duration(3+c.rng.IntN(10)) * time.Second),
 		WithBackoff(10*time.Millisecond, time.Second)}
 	var acquire func(ctx context.Context) (*Lease, *ItemLease, error)
-	var locker Locker // Mutex and TicketLock: some cycles run through Do
+	var locker Locker // Mutex, TicketLock and Queue: some cycles run through Do
 	key := c.kind
 	switch c.kind {
 	case "mutex":
@@ -833,6 +833,17 @@ func (r *simRun) client(c *simClient, wg *sync.WaitGroup, n int) {
 		locker = tl
 		acquire = func(ctx context.Context) (*Lease, *ItemLease, error) {
 			l, err := tl.Acquire(ctx, key)
+			return l, nil, err
+		}
+	case "queue":
+		q, err := NewQueue(db, r.locks, opts...)
+		if err != nil {
+			r.fail("NewQueue: %v", err)
+			return
+		}
+		locker = q
+		acquire = func(ctx context.Context) (*Lease, *ItemLease, error) {
+			l, err := q.Acquire(ctx, key)
 			return l, nil, err
 		}
 	case "item":
