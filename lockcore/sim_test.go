@@ -23,6 +23,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"hash/fnv"
 	"maps"
 	"math/rand/v2"
 	"net"
@@ -39,6 +40,7 @@ import (
 	awsmiddleware "github.com/aws/aws-sdk-go-v2/aws/middleware"
 	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/expression"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/aws/smithy-go"
 	"github.com/aws/smithy-go/middleware"
 
@@ -183,7 +185,7 @@ type simParams struct {
 
 type simClient struct {
 	name     string
-	kind     string // "mutex", "ticket", "item"
+	kind     string // "mutex", "ticket", "item", "queue"
 	rng      *rand.Rand
 	clock    *simClock
 	crashAt  time.Duration // from the start; 0: never
@@ -440,45 +442,62 @@ type simDB struct {
 }
 
 func (d simDB) GetItem(ctx context.Context, in *dynamodb.GetItemInput, _ ...func(*dynamodb.Options)) (*dynamodb.GetItemOutput, error) {
-	out, err := d.call(ctx, "GetItem", false, func(ctx context.Context) (any, error) { return d.r.model.GetItem(ctx, in) })
+	out, err := d.call(ctx, "GetItem", keyText(in.Key), false, func(ctx context.Context) (any, error) { return d.r.model.GetItem(ctx, in) })
 	o, _ := out.(*dynamodb.GetItemOutput)
 	return o, err
 }
 
 func (d simDB) PutItem(ctx context.Context, in *dynamodb.PutItemInput, _ ...func(*dynamodb.Options)) (*dynamodb.PutItemOutput, error) {
-	out, err := d.call(ctx, "PutItem", true, func(ctx context.Context) (any, error) { return d.r.model.PutItem(ctx, in) })
+	out, err := d.call(ctx, "PutItem", keyText(item{"pk": in.Item["pk"], "sk": in.Item["sk"]}), true, func(ctx context.Context) (any, error) { return d.r.model.PutItem(ctx, in) })
 	o, _ := out.(*dynamodb.PutItemOutput)
 	return o, err
 }
 
 func (d simDB) UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput, _ ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error) {
-	out, err := d.call(ctx, "UpdateItem", true, func(ctx context.Context) (any, error) { return d.r.model.UpdateItem(ctx, in) })
+	out, err := d.call(ctx, "UpdateItem", keyText(in.Key)+aws.ToString(in.UpdateExpression)+aws.ToString(in.ConditionExpression), true, func(ctx context.Context) (any, error) { return d.r.model.UpdateItem(ctx, in) })
 	o, _ := out.(*dynamodb.UpdateItemOutput)
 	return o, err
 }
 
 func (d simDB) DeleteItem(ctx context.Context, in *dynamodb.DeleteItemInput, _ ...func(*dynamodb.Options)) (*dynamodb.DeleteItemOutput, error) {
-	out, err := d.call(ctx, "DeleteItem", true, func(ctx context.Context) (any, error) { return d.r.model.DeleteItem(ctx, in) })
+	out, err := d.call(ctx, "DeleteItem", keyText(in.Key), true, func(ctx context.Context) (any, error) { return d.r.model.DeleteItem(ctx, in) })
 	o, _ := out.(*dynamodb.DeleteItemOutput)
 	return o, err
 }
 
 func (d simDB) Query(ctx context.Context, in *dynamodb.QueryInput, _ ...func(*dynamodb.Options)) (*dynamodb.QueryOutput, error) {
-	out, err := d.call(ctx, "Query", false, func(ctx context.Context) (any, error) { return d.r.model.Query(ctx, in) })
+	out, err := d.call(ctx, "Query", aws.ToString(in.KeyConditionExpression)+keyText(in.ExpressionAttributeValues)+keyText(in.ExclusiveStartKey), false, func(ctx context.Context) (any, error) { return d.r.model.Query(ctx, in) })
 	o, _ := out.(*dynamodb.QueryOutput)
 	return o, err
 }
 
 func (d simDB) Scan(ctx context.Context, in *dynamodb.ScanInput, _ ...func(*dynamodb.Options)) (*dynamodb.ScanOutput, error) {
-	out, err := d.call(ctx, "Scan", false, func(ctx context.Context) (any, error) { return d.r.model.Scan(ctx, in) })
+	out, err := d.call(ctx, "Scan", "", false, func(ctx context.Context) (any, error) { return d.r.model.Scan(ctx, in) })
 	o, _ := out.(*dynamodb.ScanOutput)
 	return o, err
 }
 
 func (d simDB) TransactWriteItems(ctx context.Context, in *dynamodb.TransactWriteItemsInput, _ ...func(*dynamodb.Options)) (*dynamodb.TransactWriteItemsOutput, error) {
-	out, err := d.call(ctx, "TransactWriteItems", true, func(ctx context.Context) (any, error) { return d.r.model.TransactWriteItems(ctx, in) })
+	out, err := d.call(ctx, "TransactWriteItems", "", true, func(ctx context.Context) (any, error) { return d.r.model.TransactWriteItems(ctx, in) })
 	o, _ := out.(*dynamodb.TransactWriteItemsOutput)
 	return o, err
+}
+
+// keyText writes a key (or any item of strings and numbers) in a fixed order, to tell
+// requests apart in call's draws.
+func keyText(it item) string {
+	var b strings.Builder
+	for _, k := range slices.Sorted(maps.Keys(it)) {
+		switch v := it[k].(type) {
+		case *types.AttributeValueMemberS:
+			fmt.Fprintf(&b, "%s=%s;", k, v.Value)
+		case *types.AttributeValueMemberN:
+			fmt.Fprintf(&b, "%s=%s;", k, v.Value)
+		default:
+			fmt.Fprintf(&b, "%s;", k)
+		}
+	}
+	return b.String()
 }
 
 // gate holds a call of a crashed client until the run ends, and one of a frozen client
@@ -510,16 +529,28 @@ const (
 	faultLate          // reported as a timeout at once, applied later
 )
 
-func (d simDB) call(ctx context.Context, op string, write bool, apply func(context.Context) (any, error)) (any, error) {
+// call sends one request (op; what tells requests of one op apart) through the simulated
+// network.
+//
+// Its faults and delays are drawn from the seed, the client, the request and the virtual
+// instant it is sent, not from one stream per client: two goroutines of a client may send
+// at the same instant (a Queue waiter's read and its row's heartbeat did), and the
+// scheduler picks which runs first; each still gets its own draws, and a first delay of
+// up to a microsecond sets them apart before either acts. Delays are in nanoseconds: two
+// clients never act at the same virtual instant, so one goroutine runs at a time and the
+// run replays exactly.
+func (d simDB) call(ctx context.Context, op, what string, write bool, apply func(context.Context) (any, error)) (any, error) {
 	r, c := d.r, d.c
+	h := fnv.New64a()
+	fmt.Fprintf(h, "%s\x00%s\x00%s\x00%d", c.name, op, what, time.Now().UnixNano())
+	rng := rand.New(rand.NewPCG(r.seed, h.Sum64()))
+	time.Sleep(time.Duration(1 + rng.IntN(1000)))
 	if !d.gate() {
 		return nil, errSimDead
 	}
 	r.mu.Lock()
-	// Delays in nanoseconds: two clients never act at the same virtual instant, so one
-	// goroutine runs at a time and the run replays exactly.
-	fault, reqDelay, respDelay := faultNone, jitter(c.rng, 20*time.Millisecond), jitter(c.rng, 20*time.Millisecond)
-	switch x := c.rng.Float64(); {
+	fault, reqDelay, respDelay := faultNone, jitter(rng, 20*time.Millisecond), jitter(rng, 20*time.Millisecond)
+	switch x := rng.Float64(); {
 	case x < r.p.pDrop/2:
 		fault = faultDial
 	case x < r.p.pDrop:
@@ -529,11 +560,11 @@ func (d simDB) call(ctx context.Context, op string, write bool, apply func(conte
 	case write && x < r.p.pDrop+r.p.pLost+r.p.pLate:
 		fault = faultLate
 	}
-	if c.rng.Float64() < r.p.pSlow {
-		respDelay += jitter(c.rng, 1500*time.Millisecond)
+	if rng.Float64() < r.p.pSlow {
+		respDelay += jitter(rng, 1500*time.Millisecond)
 	}
-	fiveXX := c.rng.IntN(2) == 0
-	late := respDelay + jitter(c.rng, 500*time.Millisecond)
+	fiveXX := rng.IntN(2) == 0
+	late := respDelay + jitter(rng, 500*time.Millisecond)
 	r.mu.Unlock()
 	switch fault {
 	case faultDial:
@@ -672,13 +703,13 @@ func (r *simRun) checkLocked() {
 // client of the lock: a waiter that gave up withdrew its ticket. (The served ticket of a
 // holder whose release failed stays until a waiter skips it.)
 func (r *simRun) checkOrphansLocked(clients []*simClient) {
-	for _, kind := range []string{"mutex", "ticket"} {
-		sk := defaultNamespace
+	for _, key := range []string{"mutex", "mutex2", "ticket"} {
+		kind, sk := strings.TrimSuffix(key, "2"), defaultNamespace
 		if kind == "ticket" {
 			sk += ticketSuffix
 		}
 		out, err := r.model.GetItem(context.Background(), &dynamodb.GetItemInput{TableName: &r.locks,
-			Key: item{"pk": s(kind), "sk": s(sk)}, ConsistentRead: aws.Bool(true)})
+			Key: item{"pk": s(key), "sk": s(sk)}, ConsistentRead: aws.Bool(true)})
 		if err != nil || out.Item == nil {
 			continue
 		}
@@ -701,7 +732,7 @@ func (r *simRun) checkOrphansLocked(clients []*simClient) {
 			}
 		}
 		if live > crashed {
-			r.failLocked("I6: the %s row keeps %d entries of unserved tickets at the end (serving %d), but only %d clients of it crashed", kind, live, row.serving, crashed)
+			r.failLocked("I6: the %s row keeps %d entries of unserved tickets at the end (serving %d), but only %d clients of it crashed", key, live, row.serving, crashed)
 		}
 	}
 }
@@ -811,6 +842,7 @@ func (r *simRun) client(c *simClient, wg *sync.WaitGroup, n int) {
 		WithBackoff(10*time.Millisecond, time.Second)}
 	var acquire func(ctx context.Context) (*Lease, *ItemLease, error)
 	var locker Locker // Mutex, TicketLock and Queue: some cycles run through Do
+	var mutex *Mutex  // some Mutex cycles take keys mutex and mutex2 with AcquireAll
 	key := c.kind
 	switch c.kind {
 	case "mutex":
@@ -819,7 +851,7 @@ func (r *simRun) client(c *simClient, wg *sync.WaitGroup, n int) {
 			r.fail("NewMutex: %v", err)
 			return
 		}
-		locker = m
+		locker, mutex = m, m
 		acquire = func(ctx context.Context) (*Lease, *ItemLease, error) {
 			l, err := m.Acquire(ctx, key)
 			return l, nil, err
@@ -903,6 +935,12 @@ func (r *simRun) client(c *simClient, wg *sync.WaitGroup, n int) {
 			r.mu.Unlock()
 			boundTimer.Stop()
 		}
+		if mutex != nil && c.rng.IntN(3) == 0 {
+			r.acquireAll(ctx, c, mutex, i, bound, cancelAt, hold, acquired)
+			cancelCtx(nil)
+			_ = sleep(context.Background(), jitter(c.rng, time.Second))
+			continue
+		}
 		if locker != nil && c.rng.IntN(3) == 0 {
 			r.event("%s cycle %d: Do %s (cancel after %s, hold %s)", c.name, i, key, cancelAt, hold)
 			var held *Lease
@@ -946,6 +984,33 @@ func (r *simRun) client(c *simClient, wg *sync.WaitGroup, n int) {
 		r.checkRoom(c, "release", l, rerr)
 		cancelCtx(nil)
 		_ = sleep(context.Background(), jitter(c.rng, time.Second))
+	}
+}
+
+// acquireAll runs a cycle that takes keys mutex and mutex2 (or mutex2 alone) with
+// AcquireAll, in the order the caller happens to name them, sometimes one twice; the
+// single-key Mutex cycles wait on mutex meanwhile. Each lease is checked as a single
+// one is (I1, I2, I3), and the wait bound covers the set (I5: a deadlock would break
+// it). The leases are released one after another: MultiLease.Release releases them
+// concurrently, and two goroutines started at one instant would make the run's order
+// depend on the scheduler.
+func (r *simRun) acquireAll(ctx context.Context, c *simClient, m *Mutex, cycle int, bound, cancelAt, hold time.Duration, acquired func()) {
+	keys := [][]string{{"mutex", "mutex2"}, {"mutex2", "mutex"}, {"mutex2", "mutex", "mutex2"}, {"mutex2"}}[c.rng.IntN(4)]
+	set := strings.Join(keys, "+")
+	r.event("%s cycle %d: acquire all %s (cancel after %s, hold %s)", c.name, cycle, set, cancelAt, hold)
+	ml, err := m.AcquireAll(ctx, keys)
+	acquired()
+	if err != nil {
+		r.acquireFailed(ctx, c, set, bound, err)
+		return
+	}
+	for _, l := range ml.Leases() {
+		r.granted(c, l.key, l)
+	}
+	time.Sleep(hold)
+	for _, l := range ml.Leases() {
+		validTo, callAt := r.releasing(l)
+		r.released(c, l.key, l, validTo, callAt, l.Release(context.Background()))
 	}
 }
 
