@@ -710,11 +710,11 @@ func (l mutexLine) skip(ctx context.Context, r mutexRow, stalled bool) bool {
 	return true
 }
 
-func (l mutexLine) wallDeadline(r mutexRow) (time.Time, bool) {
+func (l mutexLine) skipAt(r mutexRow, obs observer) time.Time {
 	if l.m.cfg.takeover.wallClock && r.hFor == r.serving && r.hUntil > 0 {
-		return time.UnixMilli(r.hUntil).Add(l.m.cfg.takeover.skew), true
+		return time.UnixMilli(r.hUntil).Add(l.m.cfg.takeover.skew) // decides alone (skippable)
 	}
-	return time.Time{}, false
+	return obs.since.Add(max(r.servedLease(), time.Millisecond))
 }
 
 func (l mutexLine) read(ctx context.Context, consistent bool) (item, error) {

@@ -899,152 +899,26 @@ type waitResult struct {
 	lease   time.Duration
 }
 
-// wait polls the item until our ticket is served (see ItemLocker for the rules).
+// wait waits in the item's line (waitTurn) until our ticket is served: handed over, or
+// claimed by our own skip (see ItemLocker for the rules).
 func (il *ItemLocker) wait(ctx context.Context, h *itemHold, leaseID string, tr takeResult, ac *acquireConfig, start time.Time) (waitResult, error) {
-	st := tr.st
-	lease := ac.lease
-	lastBefore := tr.sent
-	rtt := max(il.cfg.clock.Now().Sub(tr.sent), time.Millisecond)
-	pk := il.pacingKey(h.label)
-	pc := newPacer(&il.pacing, pk, tr.sent)
-	pc.began(tr.sent, il.turnBegan(st), rtt, lease)
-	served := false
-	defer func() { pc.done(&il.pacing, pk, served) }()
-	type seen struct {
-		serving, rev int64
-		lockedBy     string
-		at           time.Time
-	}
-	obs := seen{serving: st.serving, rev: st.rev, lockedBy: st.lockedBy, at: il.cfg.clock.Now()}
 	var claimSent time.Time // first send of a skip that may have made us the holder
-	confirm := false        // the next read must be strongly consistent, at once
-	stConsistent := true    // st came from a strongly consistent read (or the take)
-	bo := backoff{base: il.cfg.backoffBase, cap: il.cfg.backoffCap}
-	for {
-		if st.serving == h.ticket && st.lockedBy == leaseID {
-			served = true
-			h.entry = false
-			if claimSent.IsZero() {
-				claimSent = lastBefore
-			}
-			return waitResult{st: st, claimed: true, start: claimSent, lease: lease}, nil
-		}
-		if !st.ownEntry || st.serving > h.ticket {
-			return waitResult{}, errTicketSkipped
-		}
-		if st.serving == h.ticket && st.lockedBy == marker(h.ticket) {
-			break
-		}
-		now := il.cfg.clock.Now()
-		itemLease := time.Duration(st.leaseMs) * time.Millisecond
-		if itemLease <= 0 {
-			itemLease = lease
-		}
-		stalled := now.Sub(obs.at) >= itemLease
-		if il.cfg.takeover.wallClock && st.ticket == st.serving && st.until > 0 &&
-			time.UnixMilli(st.until).Add(il.cfg.takeover.skew).Before(now) {
-			stalled = true
-		}
-		kind := st.served()
-		switch {
-		case confirm:
-		case kind == servedGone || (kind == servedLive && stalled):
-			if st.serving+1 == h.ticket && claimSent.IsZero() {
-				claimSent = il.cfg.clock.Now()
-			}
-			if il.skip(ctx, h, st, leaseID, lease, h.ticket) {
-				if kind == servedLive {
-					h.skippedStalled = true
-				}
-			} else if err := sleep(ctx, bo.next()); err != nil {
-				return waitResult{}, il.giveUp(ctx, h, leaseID, st, start, err)
-			}
-		default:
-			waited := now.Sub(start)
-			p := ac.wait
-			if !p.forever && waited >= p.max {
-				if !stConsistent {
-					// An eventually consistent view may be old: the line it shows may
-					// have moved on to our ticket. The time runs out on what a
-					// consistent read shows, taken at once.
-					confirm = true
-					break
-				}
-				return waitResult{}, il.giveUp(ctx, h, leaseID, st, start, nil)
-			}
-			pos := h.ticket - st.serving
-			d := pc.delay(now, pos, rtt, il.pacing.turn(pk, rtt, pc.pace))
-			// Never sleep past the moment a stalled holder could be skipped, and look
-			// often enough that the takeover clock starts soon after the holder's last
-			// heartbeat (see watchEvery; a far sleep on a wrong pace stays short too).
-			d = min(d, watchEvery(lease), obs.at.Add(itemLease).Sub(now)+time.Millisecond)
-			if il.cfg.takeover.wallClock && st.ticket == st.serving && st.until > 0 {
-				d = min(d, time.UnixMilli(st.until).Add(il.cfg.takeover.skew).Sub(now)+time.Millisecond)
-			}
-			d = max(d, ac.pollFloor(itemLease))
-			if !p.forever {
-				d = min(d, p.max-waited)
-			}
-			if err := sleep(ctx, max(d, time.Millisecond)); err != nil {
-				return waitResult{}, il.giveUp(ctx, h, leaseID, st, start, err)
-			}
-		}
-		send := il.cfg.clock.Now()
-		// Waiters far back read eventually consistently (half the price): such a read
-		// only times the next one and may start a takeover clock or a skip (both safe
-		// on a stale view: a skip is conditioned on the item as observed, and any read
-		// that shows a state was processed after the write that made it). Whatever
-		// would move this waiter — its turn, its ticket gone — is confirmed by a
-		// strongly consistent read at once, and only those count for the lease's
-		// validity (lastBefore). A view that shows it next in line only makes its next
-		// read, timed as usual, a consistent one (as the Mutex's waiters do): confirming
-		// that at once cost a strong read per critical section (about 0.2 lock CU at 64
-		// bench workers) and told nothing the timed read does not. A read the pacer
-		// aimed at our own turn from further back (pacer.aimed) is a consistent one for
-		// the same reason: confirming a turn it found would cost a second read.
-		// A consistent read at least every quarter lease keeps lastBefore fresh, so that
-		// a waiter served after a long wait enters with most of its lease (no renewal).
-		far := !confirm && !pc.aimed && st.ownEntry && h.ticket-st.serving > 1 && send.Sub(lastBefore) < lease/4
-		confirm = false
-		var it item
-		var err error
-		if far {
-			it, err = readEventually(ctx, il.db, il.table, h.key)
-		} else {
-			it, err = il.read(ctx, h.key)
-		}
-		if err != nil {
-			if ctx.Err() != nil {
-				return waitResult{}, il.giveUp(ctx, h, leaseID, st, start, ctx.Err())
-			}
-			if classify(err) == errFatal {
-				il.withdraw(ctx, h, leaseID)
-				return waitResult{}, fmt.Errorf("lockcore: lock item %s: %w", h.label, err)
-			}
-			if err := sleep(ctx, bo.next()); err != nil {
-				return waitResult{}, il.giveUp(ctx, h, leaseID, st, start, err)
-			}
-			continue
-		}
-		now = il.cfg.clock.Now()
-		rtt = (3*rtt + max(now.Sub(send), time.Millisecond)) / 4
-		next := il.state(it, h.wid)
-		if far && (!next.ownEntry || next.serving >= h.ticket) {
-			confirm = true // our turn, or our ticket gone (or the view is stale): look again, consistently
-			continue
-		}
-		if !far && next.serving < h.ticket {
-			lastBefore = send
-		}
-		pc.read(send, next.serving-st.serving, il.pacing.turn(pk, rtt, pc.pace), rtt)
-		pc.began(send, il.turnBegan(next), rtt, lease)
-		stConsistent = !far
-		if next.serving != obs.serving || next.rev != obs.rev || next.lockedBy != obs.lockedBy {
-			obs = seen{serving: next.serving, rev: next.rev, lockedBy: next.lockedBy, at: now}
-		}
-		st = next
+	ly := itemLine{il: il, h: h, leaseID: leaseID, lease: ac.lease, claimSent: &claimSent}
+	obs := observer{}
+	w := lineWait{cfg: il.cfg, pacing: &il.pacing, pk: il.pacingKey(h.label), key: h.label, what: "lock item",
+		ticket: h.ticket, ac: ac, start: start, obs: &obs, plan: true, fresh: ac.lease / 4}
+	row, lastBefore, err := waitTurn(ctx, ly, w, itemRow{itemState: tr.st, il: il, lease: ac.lease}, tr.sent)
+	if err != nil {
+		return waitResult{}, err
 	}
-	served = true
+	st, lease := row.itemState, ac.lease
+	if st.lockedBy == leaseID {
+		h.entry = false
+		if claimSent.IsZero() {
+			claimSent = lastBefore
+		}
+		return waitResult{st: st, claimed: true, start: claimSent, lease: lease}, nil
+	}
 	// Handed over: the lease counts from lastBefore, for no longer than the lease the
 	// handoff wrote (waiters skip the ticket after that much silence), and in the
 	// wall-clock mode not past the lease end it wrote.
@@ -1061,16 +935,95 @@ func (il *ItemLocker) wait(ctx context.Context, h *itemHold, leaseID string, tr 
 	return waitResult{st: st, start: s, lease: lease}, nil
 }
 
-// giveUp withdraws the ticket and explains why the wait ended (cause nil: the wait
-// policy's time ran out).
-func (il *ItemLocker) giveUp(ctx context.Context, h *itemHold, leaseID string, st itemState, start time.Time, cause error) error {
-	il.withdraw(ctx, h, leaseID)
-	waited := il.cfg.clock.Now().Sub(start)
-	if cause != nil && ctx.Err() == nil && !errors.Is(cause, context.Canceled) && !errors.Is(cause, context.DeadlineExceeded) {
-		return cause
-	}
-	return &HeldError{Key: h.label, Holder: il.stateHolder(st), Waited: waited, TimedOut: cause == nil, Cause: cause}
+// itemRow is the data item as the wait line sees it.
+type itemRow struct {
+	itemState
+	il    *ItemLocker
+	lease time.Duration // the waiter's lease: the served ticket's, where the item records none
 }
+
+func (r itemRow) line() ticketRow {
+	return ticketRow{exists: r.exists, serving: r.serving, rev: r.rev, next: r.next}
+}
+
+func (r itemRow) servedLease() time.Duration {
+	if r.leaseMs > 0 {
+		return time.Duration(r.leaseMs) * time.Millisecond
+	}
+	return r.lease
+}
+
+// sharedHold: ItemLocker holders publish no hold time.
+func (r itemRow) sharedHold() time.Duration { return 0 }
+func (r itemRow) holder() *Holder           { return r.il.stateHolder(r.itemState) }
+func (r itemRow) turnBegan() time.Time      { return r.il.turnBegan(r.itemState) }
+
+// servedID: the served ticket and who holds it (its marker, then the lease id its claim
+// wrote: a new tenure).
+func (r itemRow) servedID() string { return strconv.FormatInt(r.serving, 10) + "\x00" + r.lockedBy }
+
+// itemLine is the ItemLocker's lineLayout: the line lives on the data item.
+type itemLine struct {
+	il        *ItemLocker
+	h         *itemHold
+	leaseID   string
+	lease     time.Duration
+	claimSent *time.Time
+}
+
+func (l itemLine) parse(it item) itemRow {
+	return itemRow{itemState: l.il.state(it, l.h.wid), il: l.il, lease: l.lease}
+}
+
+// gone: our entry is gone (withdrawn, skipped), unless our own skip claimed the item
+// for us (the claim drops the entry); or our ticket is served to somebody else.
+func (l itemLine) gone(r itemRow) bool {
+	t := l.h.ticket
+	ours := r.serving == t && (r.lockedBy == l.leaseID || r.lockedBy == marker(t))
+	return !ours && (!r.ownEntry || r.serving == t)
+}
+
+func (l itemLine) skippable(r itemRow, obs observer, now time.Time) (ok, stalled bool) {
+	switch r.served() {
+	case servedGone:
+		return true, false
+	case servedLive:
+		return !now.Before(l.skipAt(r, obs)), true
+	}
+	return false, false
+}
+
+// skipAt: a lease of silence, or in wall-clock mode the recorded lease end plus the
+// allowance, whichever comes first.
+func (l itemLine) skipAt(r itemRow, obs observer) time.Time {
+	at := obs.since.Add(r.servedLease())
+	if l.il.cfg.takeover.wallClock && r.ticket == r.serving && r.until > 0 {
+		at = minTime(at, time.UnixMilli(r.until).Add(l.il.cfg.takeover.skew))
+	}
+	return at
+}
+
+func (l itemLine) skip(ctx context.Context, r itemRow, stalled bool) bool {
+	if r.serving+1 == l.h.ticket && l.claimSent.IsZero() {
+		*l.claimSent = l.il.cfg.clock.Now()
+	}
+	if !l.il.skip(ctx, l.h, r.itemState, l.leaseID, l.lease, l.h.ticket) {
+		return false
+	}
+	if stalled {
+		l.h.skippedStalled = true
+	}
+	return true
+}
+
+func (l itemLine) read(ctx context.Context, consistent bool) (item, error) {
+	if consistent {
+		return l.il.read(ctx, l.h.key)
+	}
+	return readEventually(ctx, l.il.db, l.il.table, l.h.key)
+}
+
+func (l itemLine) withdraw(ctx context.Context) { l.il.withdraw(ctx, l.h, l.leaseID) }
 
 // withdraw gives up a ticket: it removes our entry while the ticket is not served, or
 // passes the item on if it just was (handed over, or claimed by our own skip).

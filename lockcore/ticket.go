@@ -470,7 +470,9 @@ func (l ticketLine) skip(ctx context.Context, r ticketRow, stalled bool) bool {
 	return true
 }
 
-func (l ticketLine) wallDeadline(ticketRow) (time.Time, bool) { return time.Time{}, false }
+func (l ticketLine) skipAt(r ticketRow, obs observer) time.Time {
+	return obs.since.Add(max(r.servedLease(), time.Millisecond))
+}
 
 func (l ticketLine) read(ctx context.Context, consistent bool) (item, error) {
 	if consistent {

@@ -11,11 +11,12 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 )
 
-// The wait line of a lock row, shared by the Mutex and the TicketLock (docs/protocol.md
-// §3, "wait"): a waiter holding ticket t reads the row until serving = t, skips a served
-// ticket that was withdrawn or whose holder stopped heartbeating for its lease, and gives
-// its ticket up when its wait policy's time runs out. What differs between the two is
-// where the line's fields live on the row and how a skip is written: a lineLayout.
+// The wait line, shared by the Mutex, the TicketLock (a lock row) and the ItemLocker (the
+// data item) (docs/protocol.md §3, "wait"): a waiter holding ticket t reads the line until
+// serving = t, skips a served ticket that was withdrawn or whose holder stopped
+// heartbeating for its lease, and gives its ticket up when its wait policy's time runs
+// out. What differs between them is where the line's fields live and how a skip is
+// written: a lineLayout.
 
 // lineRow is a parsed lock row as the wait line sees it.
 type lineRow interface {
@@ -24,9 +25,13 @@ type lineRow interface {
 	sharedHold() time.Duration  // the hold time the lock's holders publish (0: none)
 	holder() *Holder            // the served ticket's holder, for a HeldError
 	turnBegan() time.Time       // when the served ticket's turn began (zero: not recorded)
+	servedID() string           // names the served ticket's tenure: a change restarts the takeover clock
 }
 
 func (r ticketRow) line() ticketRow { return r }
+
+// servedID: a lock row's served ticket, in its life.
+func (r ticketRow) servedID() string { return servedKey(r) }
 
 // servedLease is the lease every client of a TicketLock uses, recorded on the row.
 func (r ticketRow) servedLease() time.Duration { return time.Duration(r.leaseMs) * time.Millisecond }
@@ -50,9 +55,10 @@ type lineLayout[R lineRow] interface {
 	// skip moves serving past the served ticket of r, conditioned on the row being as
 	// read; it reports whether the write succeeded.
 	skip(ctx context.Context, r R, stalled bool) bool
-	// wallDeadline is the wall-clock moment the served ticket may be skipped (ok false:
-	// only observation decides).
-	wallDeadline(r R) (at time.Time, ok bool)
+	// skipAt is the moment the served ticket of r may be skipped, as far as the time
+	// goes (obs: what this client saw of it): a lease of silence, or in wall-clock
+	// mode the lease end the row records plus the allowance.
+	skipAt(r R, obs observer) time.Time
 	// read reads the row, strongly consistent or not.
 	read(ctx context.Context, consistent bool) (item, error)
 	// withdraw gives our ticket up (or passes the lock on if it was just served).
@@ -75,6 +81,10 @@ type lineWait struct {
 	// times; planning from estimates of them measured worse than the pacer's own
 	// approach (docs/performance.md), so it keeps that.
 	plan bool
+	// fresh (0: no bound): a waiter far back reads strongly consistently at least this
+	// often, so that one served after a long wait enters with most of its lease
+	// (lastBefore recent) instead of renewing at once. The ItemLocker's waiters do.
+	fresh time.Duration
 }
 
 // servedKey names the served ticket of a row in the observation memory.
@@ -83,7 +93,7 @@ func servedKey(r ticketRow) string { return r.life + "\x00" + strconv.FormatInt(
 // seeServed records an observation of r's served ticket in obs.
 func seeServed[R lineRow](obs *observer, r R, now time.Time) {
 	b := r.line()
-	obs.see(&Holder{LeaseID: servedKey(b), Rev: b.rev, Lease: r.servedLease()}, now)
+	obs.see(&Holder{LeaseID: r.servedID(), Rev: b.rev, Lease: r.servedLease()}, now)
 }
 
 // waitTurn reads the row (as it was at sent: row) until our ticket is served in the
@@ -111,26 +121,29 @@ func waitTurn[R lineRow](ctx context.Context, ly lineLayout[R], w lineWait, row 
 	seeServed(w.obs, row, clock.Now())
 	bo := backoff{base: w.cfg.backoffBase, cap: w.cfg.backoffCap}
 	rowConsistent := true // row came from a strongly consistent read (or the take)
-	confirm := false      // the wait's time ran out on an eventually consistent view
+	confirm := false      // decide on a strongly consistent view, read at once
 	for {
 		b := row.line()
 		gone := ly.gone(row)
-		if !gone && b.serving == w.ticket {
-			break
-		}
 		now := clock.Now()
-		if (gone && rowConsistent) || (!gone && b.serving > w.ticket) {
+		switch {
+		case !rowConsistent && (gone || b.serving >= w.ticket):
+			// An eventually consistent view may be old: it may show the row before our
+			// ticket was issued, or an earlier life's. Our turn, or our ticket gone, is
+			// decided on a consistent read, at once.
+			confirm = true
+		case gone || b.serving > w.ticket:
 			return row, lastBefore, errTicketSkipped
+		case b.serving == w.ticket:
+			served = true
+			return row, lastBefore, nil
 		}
 		ok, stalled := false, false
-		if !gone {
+		if !confirm {
 			ok, stalled = ly.skippable(row, *w.obs, now)
 		}
 		switch {
-		case gone:
-			// An eventually consistent read may show the row before our ticket was
-			// issued, or an earlier life's: look again, consistently, before giving the
-			// ticket up.
+		case confirm:
 		case ok:
 			if !ly.skip(ctx, row, stalled) {
 				if err := sleep(ctx, bo.next()); err != nil {
@@ -141,7 +154,7 @@ func waitTurn[R lineRow](ctx context.Context, ly lineLayout[R], w lineWait, row 
 			waited := now.Sub(w.start)
 			p := w.ac.wait
 			if !p.forever && waited >= p.max {
-				if !rowConsistent && !confirm {
+				if !rowConsistent {
 					// An eventually consistent view may be old: the line it shows may
 					// have moved on to our ticket. The time runs out on what a
 					// consistent read shows, taken at once.
@@ -156,11 +169,7 @@ func waitTurn[R lineRow](ctx context.Context, ly lineLayout[R], w lineWait, row 
 			// often enough that the takeover clock starts soon after the holder's last
 			// heartbeat (see watchEvery).
 			lease := max(row.servedLease(), time.Millisecond)
-			skipAt := w.obs.since.Add(lease)
-			if at, ok := ly.wallDeadline(row); ok {
-				skipAt = at
-			}
-			d = min(d, watchEvery(lease), skipAt.Sub(now)+time.Millisecond)
+			d = min(d, watchEvery(lease), ly.skipAt(row, *w.obs).Sub(now)+time.Millisecond)
 			d = max(d, w.ac.pollFloor(lease))
 			if !p.forever {
 				d = min(d, p.max-waited)
@@ -174,9 +183,10 @@ func waitTurn[R lineRow](ctx context.Context, ly lineLayout[R], w lineWait, row 
 		// eventually consistent (half the RCU) and only time their next read by it. Such
 		// a read shows a state the row really had, so the skips it may lead to stay safe
 		// (each is conditioned on the row as observed), but it may be old, so it never
-		// moves lastBefore.
+		// moves lastBefore, and what it shows of our turn is confirmed (above).
 		send := clock.Now()
-		consistent := w.ticket-b.serving <= 1 || gone || confirm || pc.aimed
+		consistent := w.ticket-b.serving <= 1 || gone || confirm || pc.aimed || (w.fresh > 0 && send.Sub(lastBefore) >= w.fresh)
+		confirm = false
 		it, err := ly.read(ctx, consistent)
 		if err != nil {
 			if ctx.Err() != nil {
@@ -209,8 +219,6 @@ func waitTurn[R lineRow](ctx context.Context, ly lineLayout[R], w lineWait, row 
 		seeServed(w.obs, next, now)
 		row, rowConsistent = next, consistent
 	}
-	served = true
-	return row, lastBefore, nil
 }
 
 // giveUp withdraws the ticket and explains why the wait ended (cause nil: the wait
