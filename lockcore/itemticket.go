@@ -906,7 +906,7 @@ func (il *ItemLocker) wait(ctx context.Context, h *itemHold, leaseID string, tr 
 	ly := itemLine{il: il, h: h, leaseID: leaseID, lease: ac.lease, claimSent: &claimSent}
 	obs := observer{}
 	w := lineWait{cfg: il.cfg, pacing: &il.pacing, pk: il.pacingKey(h.label), key: h.label, what: "lock item",
-		ticket: h.ticket, ac: ac, start: start, obs: &obs, plan: true, fresh: ac.lease / 4}
+		ticket: h.ticket, ac: ac, start: start, obs: &obs, plan: true, fresh: ac.lease / 4, confirmTurn: true}
 	row, lastBefore, err := waitTurn(ctx, ly, w, itemRow{itemState: tr.st, il: il, lease: ac.lease}, tr.sent)
 	if err != nil {
 		return waitResult{}, err

@@ -85,6 +85,12 @@ type lineWait struct {
 	// often, so that one served after a long wait enters with most of its lease
 	// (lastBefore recent) instead of renewing at once. The ItemLocker's waiters do.
 	fresh time.Duration
+	// confirmTurn: our turn seen on an eventually consistent view is confirmed by a
+	// strong read before the wait returns (the ItemLocker enters on the item as
+	// returned: its size, its waiters). A lock row's line enters on any view of its
+	// life with our ticket served (validity counts from lastBefore anyway), and
+	// serving past our ticket in our life means skipped: serving only grows in a life.
+	confirmTurn bool
 }
 
 // servedKey names the served ticket of a row in the observation memory.
@@ -127,10 +133,10 @@ func waitTurn[R lineRow](ctx context.Context, ly lineLayout[R], w lineWait, row 
 		gone := ly.gone(row)
 		now := clock.Now()
 		switch {
-		case !rowConsistent && (gone || b.serving >= w.ticket):
+		case !rowConsistent && (gone || (w.confirmTurn && b.serving >= w.ticket)):
 			// An eventually consistent view may be old: it may show the row before our
-			// ticket was issued, or an earlier life's. Our turn, or our ticket gone, is
-			// decided on a consistent read, at once.
+			// ticket was issued, or an earlier life's. That our ticket is gone is decided
+			// on a consistent read, at once; with confirmTurn, our turn too.
 			confirm = true
 		case gone || b.serving > w.ticket:
 			return row, lastBefore, errTicketSkipped
