@@ -844,49 +844,27 @@ func (r *simRun) client(c *simClient, wg *sync.WaitGroup, n int) {
 	var locker Locker // Mutex, TicketLock and Queue: some cycles run through Do
 	var mutex *Mutex  // some Mutex cycles take keys mutex and mutex2 with AcquireAll
 	key := c.kind
+	var il *ItemLocker
+	var err error
 	switch c.kind {
 	case "mutex":
-		m, err := NewMutex(db, r.locks, opts...)
-		if err != nil {
-			r.fail("NewMutex: %v", err)
-			return
-		}
-		locker, mutex = m, m
-		acquire = func(ctx context.Context) (*Lease, *ItemLease, error) {
-			l, err := m.Acquire(ctx, key)
-			return l, nil, err
-		}
+		mutex, err = NewMutex(db, r.locks, opts...)
+		locker = mutex
 	case "ticket":
-		tl, err := NewTicketLock(db, r.locks, opts...)
-		if err != nil {
-			r.fail("NewTicketLock: %v", err)
-			return
-		}
-		locker = tl
-		acquire = func(ctx context.Context) (*Lease, *ItemLease, error) {
-			l, err := tl.Acquire(ctx, key)
-			return l, nil, err
-		}
+		locker, err = NewTicketLock(db, r.locks, opts...)
 	case "queue":
-		q, err := NewQueue(db, r.locks, opts...)
-		if err != nil {
-			r.fail("NewQueue: %v", err)
-			return
-		}
-		locker = q
-		acquire = func(ctx context.Context) (*Lease, *ItemLease, error) {
-			l, err := q.Acquire(ctx, key)
-			return l, nil, err
-		}
+		locker, err = NewQueue(db, r.locks, opts...)
 	case "item":
 		// No automatic heartbeat: the ItemLocker's heartbeat holds a sync.Mutex across
 		// its call, which synctest does not count as durably blocked, and the run hung;
 		// the holder renews explicitly instead.
-		il, err := NewItemLocker(db, r.data, append(opts, WithHeartbeat(0))...)
-		if err != nil {
-			r.fail("NewItemLocker: %v", err)
-			return
-		}
+		il, err = NewItemLocker(db, r.data, append(opts, WithHeartbeat(0))...)
+	}
+	if err != nil {
+		r.fail("a %s client: %v", c.kind, err)
+		return
+	}
+	if il != nil {
 		ikey := item{"pk": s("item"), "sk": s("STOCK")}
 		acquire = func(ctx context.Context) (*Lease, *ItemLease, error) {
 			l, err := il.Acquire(ctx, ikey)
@@ -894,6 +872,11 @@ func (r *simRun) client(c *simClient, wg *sync.WaitGroup, n int) {
 				return nil, nil, err
 			}
 			return l.Lease, l, nil
+		}
+	} else {
+		acquire = func(ctx context.Context) (*Lease, *ItemLease, error) {
+			l, err := locker.Acquire(ctx, key)
+			return l, nil, err
 		}
 	}
 	_ = sleep(context.Background(), jitter(c.rng, 2*time.Second))
