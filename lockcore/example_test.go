@@ -128,6 +128,42 @@ func ExampleSetIfAbsent() {
 	// status: RESERVED
 }
 
+// A caller that watched a held item before queueing for it (polling for a result another
+// invocation was to write, say) tells Acquire what it saw and when: if the holder and its
+// lockRev are unchanged when the wait begins, the holder has been silent since then, and a
+// dead holder is taken over a lease after that, not a lease after the Acquire. Here the
+// item is free, and the lease is taken at once.
+func ExampleSeen() {
+	ctx := context.Background()
+	db, _, data := exampleTables()
+	key := map[string]types.AttributeValue{
+		"pk": &types.AttributeValueMemberS{Value: "SKU#7"},
+		"sk": &types.AttributeValueMemberS{Value: "STOCK"},
+	}
+	out, err := db.GetItem(ctx, &dynamodb.GetItemInput{TableName: &data, Key: key})
+	if err != nil {
+		log.Fatal(err)
+	}
+	seenAt := time.Now() // when the read was answered
+	il, err := lockcore.NewItemLocker(db, data, lockcore.WithOwner("worker-1"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	seen := out.Item
+	if seen == nil {
+		seen = key // no item yet: nobody holds it
+	}
+	lease, err := il.Acquire(ctx, key, lockcore.WaitUpTo(10*time.Second), lockcore.Seen(seen, seenAt))
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("held:", lease.Token() > 0)
+	if err := lease.Release(ctx); err != nil {
+		log.Fatal(err)
+	}
+	// Output: held: true
+}
+
 func ExampleQueue() {
 	ctx := context.Background()
 	db, locks, _ := exampleTables()

@@ -905,6 +905,12 @@ func (il *ItemLocker) wait(ctx context.Context, h *itemHold, leaseID string, tr 
 	var claimSent time.Time // first send of a skip that may have made us the holder
 	ly := itemLine{il: il, h: h, leaseID: leaseID, lease: ac.lease, claimSent: &claimSent}
 	obs := observer{}
+	if ac.seen != nil {
+		// What the caller saw (Seen): if the item still shows that tenure and revision
+		// when the wait begins, silence counts from then.
+		r := ly.parse(ac.seen)
+		obs = observer{leaseID: r.servedID(), rev: r.rev, lease: r.servedLease(), since: ac.seenAt}
+	}
 	w := lineWait{cfg: il.cfg, pacing: &il.pacing, pk: il.pacingKey(h.label), key: h.label, what: "lock item",
 		ticket: h.ticket, ac: ac, start: start, obs: &obs, plan: true, fresh: ac.lease / 4, confirmTurn: true}
 	row, lastBefore, err := waitTurn(ctx, ly, w, itemRow{itemState: tr.st, il: il, lease: ac.lease}, tr.sent)

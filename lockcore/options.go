@@ -421,6 +421,8 @@ type acquireConfig struct {
 	urgent    bool                            // the caller holds other locks meanwhile (AcquireAll): never sleep far
 	init      map[string]types.AttributeValue // SetIfAbsent (ItemLocker only)
 	minPoll   time.Duration                   // MinPollInterval
+	seen      map[string]types.AttributeValue // Seen (ItemLocker only): the item as the caller read it
+	seenAt    time.Time                       // and when that answer came
 }
 
 // pollFloor is the shortest sleep between a waiter's reads: MinPollInterval, at most
@@ -516,6 +518,29 @@ func SetIfAbsent(attrs map[string]types.AttributeValue) AcquireOption {
 	})
 }
 
+// Seen tells an ItemLocker's Acquire what the caller already saw of the item: item as a
+// read returned it (strongly or eventually consistently) and at, a time on the locker's
+// clock (time.Now unless WithClock) no earlier than that read's answer. A caller that
+// has watched a held item unchanged for a while — the same holder's lease id and
+// lockRev — then has a stalled holder skipped a lease after at, not a lease after it
+// queued: the takeover rule is the same (a lease of silence), with the caller's
+// watching counted. Its safety rests on lockRev: every renewal and write of a live
+// holder moves it, so the same lease id and lockRev seen again means silence since
+// then, even when the first read was stale. An item that shows another holder or
+// revision when Acquire looks is ignored. ItemLocker only.
+func Seen(item map[string]types.AttributeValue, at time.Time) AcquireOption {
+	return acquireFunc(func(a *acquireConfig) error {
+		if item == nil {
+			return invalidOption("seen", "item must not be nil")
+		}
+		if at.IsZero() {
+			return invalidOption("seen", "at must be set: when the read that returned item was answered")
+		}
+		a.seen, a.seenAt = item, at
+		return nil
+	})
+}
+
 // MinPollInterval makes a waiting Acquire read the lock at most once per d (at most
 // half a lease, so that a stalled holder is still taken over). Waiters read when the
 // pace of the queue says their turn is near, and a queue that stands is read less and
@@ -550,6 +575,9 @@ func (c *config) acquireConfig(opts []AcquireOption) (*acquireConfig, error) {
 	}
 	if a.init != nil && c.strategy != StrategyItem {
 		return nil, invalidOption("setIfAbsent", "applies to an ItemLocker only, not to %s", c.strategy)
+	}
+	if a.seen != nil && c.strategy != StrategyItem {
+		return nil, invalidOption("seen", "applies to an ItemLocker only, not to %s", c.strategy)
 	}
 	if a.lease != c.lease {
 		switch {

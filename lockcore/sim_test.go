@@ -867,7 +867,18 @@ func (r *simRun) client(c *simClient, wg *sync.WaitGroup, n int) {
 	if il != nil {
 		ikey := item{"pk": s("item"), "sk": s("STOCK")}
 		acquire = func(ctx context.Context) (*Lease, *ItemLease, error) {
-			l, err := il.Acquire(ctx, ikey)
+			var opts []AcquireOption
+			if c.rng.IntN(3) == 0 {
+				// A caller that watched the item before queueing (Seen): a read, strong
+				// or eventual (possibly stale), then up to a lease of watching.
+				out, err := db.GetItem(ctx, &dynamodb.GetItemInput{TableName: &r.data, Key: ikey, ConsistentRead: aws.Bool(c.rng.IntN(2) == 0)})
+				if err == nil && out.Item != nil {
+					opts = append(opts, Seen(out.Item, c.clock.Now())) // on the locker's clock
+					r.event("%s watches the item", c.name)
+					_ = sleep(ctx, jitter(c.rng, r.p.lease))
+				}
+			}
+			l, err := il.Acquire(ctx, ikey, opts...)
 			if err != nil {
 				return nil, nil, err
 			}

@@ -292,14 +292,15 @@ func (g *groupRun) decideGroup(ctx context.Context, group []*batchJob) error {
 	// recording the orders of record in the same write, and leads. took says whether it
 	// got the lock; rest are the group's orders it could not decide (an impatient leader
 	// does not wait for its other stock items); crash is the crash hook's error.
-	tryLead := func(wait *lockcore.WaitPolicy, record []Order, waited, patient bool) (rest []*batchJob, took bool, err, crash error) {
+	// seen (nil: none) tells the queue what this group watched of the item (lockcore.Seen).
+	tryLead := func(wait *lockcore.WaitPolicy, record []Order, waited, patient bool, seen lockcore.AcquireOption) (rest []*batchJob, took bool, err, crash error) {
 		hbCtx, stopHB := context.WithCancel(ctx) // the stock leases' heartbeats
 		defer stopHB()
 		var h *stockHold
 		if wait == nil {
 			h, err = s.probeStock(hbCtx, home, g.lease, record)
 		} else {
-			h, err = s.holdStock(hbCtx, home, *wait, g.lease, record)
+			h, err = s.holdStock(hbCtx, home, *wait, g.lease, record, seen)
 		}
 		if err != nil {
 			return group, false, err, nil
@@ -314,7 +315,7 @@ func (g *groupRun) decideGroup(ctx context.Context, group []*batchJob) error {
 	// them), and take it only if that write shows it free.
 	leads := 0 // impatient leads that left orders undecided
 	if !s.busyLately(home) {
-		rest, took, err, crash := tryLead(nil, jobOrders(group), false, false)
+		rest, took, err, crash := tryLead(nil, jobOrders(group), false, false, nil)
 		switch {
 		case crash != nil:
 			return crash
@@ -407,9 +408,14 @@ func (g *groupRun) decideGroup(ctx context.Context, group []*batchJob) error {
 		case now.Sub(start) >= patience || stalled || !now.Before(g.waitUntil) || leads >= 2:
 			// Waited long, led in vain, or the holder looks dead: queue for the lock
 			// (fair; a dead holder's lease is taken over after being watched for its
-			// length), and lead patiently: waiting for the other stock items too.
+			// length — counted from when this group first saw it unchanged, not from
+			// the queueing), and lead patiently: waiting for the other stock items too.
 			w := g.left()
-			_, took, err, crash := tryLead(&w, nil, true, true)
+			var seen lockcore.AcquireOption
+			if it != nil {
+				seen = lockcore.Seen(it, seenAt)
+			}
+			_, took, err, crash := tryLead(&w, nil, true, true, seen)
 			switch {
 			case crash != nil:
 				return crash
@@ -427,7 +433,7 @@ func (g *groupRun) decideGroup(ctx context.Context, group []*batchJob) error {
 		case itemFree(it):
 			// Recorded already: the locking read records nothing (an order whose record a
 			// holder took off meanwhile is decided, and must not be recorded again).
-			rest, took, err, crash := tryLead(nil, nil, true, false)
+			rest, took, err, crash := tryLead(nil, nil, true, false, nil)
 			switch {
 			case crash != nil:
 				return crash

@@ -230,9 +230,9 @@ func stockLockKey(sku string) map[string]types.AttributeValue { return stockKey(
 // holdStock takes the lock of a stock item with the locking read, waiting as wait says;
 // record (optional) are orders to record on the item in the same write when it is free
 // (lockcore.SetIfAbsent; a lock handed over by the queue writes them with the lease's
-// first renewal).
-func (s *Service) holdStock(ctx context.Context, sku string, wait lockcore.WaitPolicy, lease time.Duration, record []Order) (*stockHold, error) {
-	opts := []lockcore.AcquireOption{wait, lockcore.LeaseDuration(lease)}
+// first renewal); more are further acquire options (lockcore.Seen).
+func (s *Service) holdStock(ctx context.Context, sku string, wait lockcore.WaitPolicy, lease time.Duration, record []Order, more ...lockcore.AcquireOption) (*stockHold, error) {
+	opts := append([]lockcore.AcquireOption{wait, lockcore.LeaseDuration(lease)}, more...)
 	if len(record) > 0 {
 		opts = append(opts, lockcore.SetIfAbsent(s.recordAttrs(sku, record)))
 	}
