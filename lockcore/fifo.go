@@ -152,8 +152,10 @@ func (q *Queue) Acquire(ctx context.Context, key string, opts ...AcquireOption) 
 		// late, a slow engine): refresh it before handing the lease over, as the Mutex and
 		// the TicketLock do, rather than return a lease about to run out. No lease event:
 		// the caller does not have it yet. Like a heartbeat's, the renewal has the
-		// validity left to land: after that the heartbeat (still running) reports the
-		// lease lost, and a renewal landing later must not hand over a lost lease.
+		// validity left to land, and a renewal landing later must not hand over a lost
+		// lease. The heartbeat pauses meanwhile: it would renew the same row at once,
+		// and its deadline, the same validity end, would race this one's.
+		resume := l.pauseHeartbeat()
 		rctx, cancel := context.WithTimeout(ctx, rem)
 		err := l.Renew(rctx)
 		cancel()
@@ -167,6 +169,7 @@ func (q *Queue) Acquire(ctx context.Context, key string, opts ...AcquireOption) 
 			cancel()
 			return nil, err
 		}
+		resume()
 	}
 	now := q.cfg.clock.Now()
 	l.mu.Lock()

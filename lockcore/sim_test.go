@@ -454,7 +454,7 @@ func (d simDB) PutItem(ctx context.Context, in *dynamodb.PutItemInput, _ ...func
 }
 
 func (d simDB) UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput, _ ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error) {
-	out, err := d.call(ctx, "UpdateItem", keyText(in.Key)+aws.ToString(in.UpdateExpression)+aws.ToString(in.ConditionExpression), true, func(ctx context.Context) (any, error) { return d.r.model.UpdateItem(ctx, in) })
+	out, err := d.call(ctx, "UpdateItem", keyText(in.Key)+nameSet(in.ExpressionAttributeNames), true, func(ctx context.Context) (any, error) { return d.r.model.UpdateItem(ctx, in) })
 	o, _ := out.(*dynamodb.UpdateItemOutput)
 	return o, err
 }
@@ -481,6 +481,13 @@ func (d simDB) TransactWriteItems(ctx context.Context, in *dynamodb.TransactWrit
 	out, err := d.call(ctx, "TransactWriteItems", "", true, func(ctx context.Context) (any, error) { return d.r.model.TransactWriteItems(ctx, in) })
 	o, _ := out.(*dynamodb.TransactWriteItemsOutput)
 	return o, err
+}
+
+// nameSet writes the attribute names a request's expressions use, sorted: unlike the
+// expressions' text, it does not follow the order in which lockcore built them (some
+// from a map's iteration).
+func nameSet(names map[string]string) string {
+	return strings.Join(slices.Sorted(maps.Values(names)), ",")
 }
 
 // keyText writes a key (or any item of strings and numbers) in a fixed order, to tell
@@ -532,8 +539,9 @@ const (
 // call sends one request (op; what tells requests of one op apart) through the simulated
 // network.
 //
-// Its faults and delays are drawn from the seed, the client, the request and the virtual
-// instant it is sent, not from one stream per client: two goroutines of a client may send
+// Its faults and delays are drawn from the seed, the client, the request (operation, key,
+// the attribute names it uses) and the virtual instant it is sent, not from one stream
+// per client: two goroutines of a client may send
 // at the same instant (a Queue waiter's read and its row's heartbeat did), and the
 // scheduler picks which runs first; each still gets its own draws, and a first delay of
 // up to a microsecond sets them apart before either acts. Delays are in nanoseconds: two
