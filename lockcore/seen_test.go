@@ -6,21 +6,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/turnstile-locks/turnstile/lockcore"
 )
-
-func readItem(t *testing.T, ctx context.Context, e *env, key map[string]types.AttributeValue) map[string]types.AttributeValue {
-	t.Helper()
-	out, err := e.db.GetItem(ctx, &dynamodb.GetItemInput{TableName: &e.data, Key: key, ConsistentRead: aws.Bool(true)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return out.Item
-}
 
 // A caller that watched a crashed holder's item before queueing (Seen) has it taken over
 // a lease after it first saw it, not a lease after it queued: without Seen the wait is
@@ -35,7 +24,7 @@ func TestItemSeenCountsTheCallersWatching(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	it := readItem(t, ctx, e, key)
+	it := readData(t, e, key)
 	seenAt := time.Now()
 	time.Sleep(2500 * time.Millisecond) // the caller watches 2.5 s of the 3 s lease
 	w, _ := lockcore.NewItemLocker(e.db, e.data, fast("w")...)
@@ -68,7 +57,7 @@ func TestItemSeenIgnoredForALiveHolder(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer held.Release(context.Background())
-	it := readItem(t, ctx, e, key)
+	it := readData(t, e, key)
 	time.Sleep(1500 * time.Millisecond) // a heartbeat moves lockRev
 	w, _ := lockcore.NewItemLocker(e.db, e.data, fast("w")...)
 	_, err = w.Acquire(ctx, key, lockcore.WaitUpTo(2*time.Second), lockcore.Seen(it, time.Now().Add(-time.Hour)))
