@@ -132,20 +132,14 @@ func randomHex(n int) string {
 
 // readItem reads one item with a strongly consistent GetItem (nil: no such item).
 func readItem(ctx context.Context, db DynamoDB, table string, key item) (item, error) {
-	out, err := db.GetItem(ctx, &dynamodb.GetItemInput{
-		TableName: aws.String(table), Key: key, ConsistentRead: aws.Bool(true),
-	})
-	if err != nil {
-		return nil, err
-	}
-	return out.Item, nil
+	return getItem(ctx, db, table, key, true)
 }
 
-// readEventually reads an item with an eventually consistent GetItem (half the RCU of a
-// strongly consistent one): for waiters far back in a line, which only time their next
-// read by it.
-func readEventually(ctx context.Context, db DynamoDB, table string, key item) (item, error) {
-	out, err := db.GetItem(ctx, &dynamodb.GetItemInput{TableName: aws.String(table), Key: key})
+// getItem reads one item, strongly consistent or not (nil: no such item). An eventually
+// consistent read costs half the RCU: waiters far back in a line read so, and only time
+// their next read by it.
+func getItem(ctx context.Context, db DynamoDB, table string, key item, consistent bool) (item, error) {
+	out, err := db.GetItem(ctx, &dynamodb.GetItemInput{TableName: aws.String(table), Key: key, ConsistentRead: aws.Bool(consistent)})
 	if err != nil {
 		return nil, err
 	}

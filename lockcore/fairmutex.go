@@ -689,8 +689,6 @@ type mutexLine struct {
 	st *acqStats
 }
 
-func (l mutexLine) parse(it item) mutexRow { return parseMutexRow(it, l.h.wattr) }
-
 func (l mutexLine) gone(r mutexRow) bool {
 	return !r.exists || r.format != fmtFair || r.life != l.h.life
 }
@@ -717,11 +715,9 @@ func (l mutexLine) skipAt(r mutexRow, obs observer) time.Time {
 	return obs.since.Add(max(r.servedLease(), time.Millisecond))
 }
 
-func (l mutexLine) read(ctx context.Context, consistent bool) (item, error) {
-	if consistent {
-		return l.m.read(ctx, l.h.key, l.h.ns)
-	}
-	return readEventually(ctx, l.m.db, l.m.table, l.m.keyOf(l.h.key, l.h.ns))
+func (l mutexLine) read(ctx context.Context, consistent bool) (mutexRow, error) {
+	it, err := getItem(ctx, l.m.db, l.m.table, l.m.keyOf(l.h.key, l.h.ns), consistent)
+	return parseMutexRow(it, l.h.wattr), err
 }
 
 func (l mutexLine) withdraw(ctx context.Context) { l.m.withdraw(ctx, l.h) }

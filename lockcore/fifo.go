@@ -141,7 +141,7 @@ func (q *Queue) Acquire(ctx context.Context, key string, opts ...AcquireOption) 
 		}
 	}
 	l.startHeartbeat(ctx, ac.heartbeat)
-	if err := q.waitTurn(ctx, l, ac, ticket, &st); err != nil {
+	if err := q.wait(ctx, l, ac, ticket, t0, &st); err != nil {
 		rctx, cancel := detached(ctx)
 		_ = l.Release(rctx) // withdraw the ticket
 		cancel()
@@ -436,6 +436,58 @@ func (q *Queue) dropUncertain(ctx context.Context, key, ns string, ticket int64,
 	_ = q.release(ctx, l)
 }
 
+// wait waits in the queue's line (waitTurn) until our row is the first live one: its
+// first read places us, and tells the line whether to keep it eventually consistent.
+//
+// Only the next in line reads strongly consistently; waiters further back read
+// eventually consistently (half the RCU) and only time their next read by it. Such a
+// read shows rows as they really were, so the evictions it may lead to stay safe (each
+// is conditioned on the row as observed), but it may be old or miss our own new row: it
+// never decides that our turn came or that our row is gone — a strongly consistent
+// read, at once, does (waitTurn, confirmTurn).
+//
+// The first read is eventually consistent too when this client's last wait on the lock
+// found others ahead and this one may wait: in a busy queue most waiters are far back
+// (at 16 waiters that saved about half an RCU per critical section, a tenth of the
+// queue's reads). Otherwise it is consistent: an uncontended take is served by that one
+// read, and a NoWait take is refused only on what a consistent read shows.
+func (q *Queue) wait(ctx context.Context, l *Lease, ac *acquireConfig, ticket int64, start time.Time, st *acqStats) error {
+	mayWait := ac.wait.forever || ac.wait.max > 0
+	consistent := !mayWait || !q.pacing.lineAhead(l.key)
+	ql := queueLine{q: q, l: l, ns: ac.namespace, ticket: ticket, st: st, w: &queueWatch{deleted: map[string]bool{}, fullAt: q.cfg.clock.Now()}}
+	defer func() { q.pacing.setLine(l.key, ql.w.sawLine) }()
+	bo := backoff{base: q.cfg.backoffBase, cap: q.cfg.backoffCap}
+	for {
+		sent := q.cfg.clock.Now()
+		v, err := ql.read(ctx, consistent)
+		if err == nil {
+			var obs observer
+			w := lineWait{cfg: q.cfg, pacing: &q.pacing, pk: l.key, key: l.key, what: "queue", ticket: ticket, ac: ac,
+				start: start, obs: &obs, confirmTurn: true, eventual: !consistent}
+			_, _, err = waitTurn(ctx, ql, w, v, sent)
+			if errors.Is(err, errTicketSkipped) {
+				if err := l.Err(); err != nil {
+					return err
+				}
+				return &LeaseError{Op: "wait", Key: l.key, LeaseID: l.id, Err: ErrLeaseLost}
+			}
+			return err
+		}
+		// The first read failed. As for the take (retrySpent), the policy bounds the
+		// retries — its wait, and at least the backoff cap — and the error says why, not
+		// ErrLockHeld: nobody may hold the lock.
+		switch {
+		case ctx.Err() != nil:
+			return &HeldError{Key: l.key, Waited: q.cfg.clock.Now().Sub(start), Cause: ctx.Err()}
+		case classify(err) == errFatal, q.cfg.retrySpent(ac.wait, start):
+			return fmt.Errorf("lockcore: queue %q: read the queue: %w", l.key, err)
+		}
+		if serr := sleep(ctx, bo.next()); serr != nil {
+			return &HeldError{Key: l.key, Waited: q.cfg.clock.Now().Sub(start), Cause: serr}
+		}
+	}
+}
+
 // scanRows is how many rows from the head of the queue a waiter reads per poll: the
 // head (whose holder it watches) and a few behind it, so that dead rows at the head are
 // evicted a few at a time. To be served a waiter needs no more: it is served when its own
@@ -451,196 +503,165 @@ type queueRow struct {
 	holder Holder
 }
 
-// waitTurn polls the queue until our row is the first live one. Its reads are timed
-// like the TicketLock's (see pacer.delay), by position and the queue's measured pace.
-func (q *Queue) waitTurn(ctx context.Context, l *Lease, ac *acquireConfig, ticket int64, st *acqStats) error {
-	start := q.cfg.clock.Now()
-	pc := newPacer(&q.pacing, l.key, start)
-	served := false
-	defer func() { pc.done(&q.pacing, l.key, served) }()
-	headTicket := int64(-1) // the head of the queue as last seen
-	rtt := time.Duration(0)
-	fullAt := start // when every row ahead was last read (short waits never need to)
-	// Only the next in line reads strongly consistently; waiters further back read
-	// eventually consistently (half the RCU) and only time their next read by it. Such a
-	// read shows rows as they really were, so the evictions it may lead to stay safe
-	// (each is conditioned on the row as observed), but it may be old or miss our own
-	// new row: it never decides that our turn came or that our row is gone — a strongly
-	// consistent read, at once, does.
-	//
-	// The first read, which tells a waiter its place, is eventually consistent too when
-	// this client's last wait on the lock found others ahead and this one may wait: in
-	// a busy queue most waiters are far back (at 16 waiters that saved about half an RCU
-	// per critical section, a tenth of the queue's reads). Otherwise it is consistent:
-	// an uncontended take is served by that one read, and a NoWait take is refused only
-	// on what a consistent read shows.
-	mayWait := ac.wait.forever || ac.wait.max > 0
-	consistent := !mayWait || !q.pacing.lineAhead(l.key)
-	sawLine := false
-	defer func() { q.pacing.setLine(l.key, sawLine) }()
-	// Rows this wait deleted (dead holders or waiters). A ticket's row does not come
-	// back once deleted (its number lies below the counter), so an eventually consistent
-	// view that still shows one is old: the row is passed over, not deleted again (a
-	// Delete and a read each time, at every poll, while the view stays old). A
-	// consistent view is taken as it is.
-	deleted := map[string]bool{}
-	errBo := backoff{base: q.cfg.backoffBase, cap: q.cfg.backoffCap} // failed reads in a row
+// queueView is the Queue's line as one read of its ticket rows shows it to the waiter
+// holding ticket: served when no row is ahead of ours.
+type queueView struct {
+	ahead  []queueRow // rows ahead of ours, in ticket order
+	mine   bool       // our row was read
+	gone   bool       // every row up to ours was read, and ours is not among them
+	ticket int64
+	lease  time.Duration
+}
+
+// line: the first row ahead is served; with none, our ticket (ours read) or, not yet
+// known (nothing read up to ours), the one before it, in another "life" so that the
+// pacer does not count it as progress.
+func (v queueView) line() ticketRow {
+	r := ticketRow{exists: !v.gone, life: "q", serving: v.ticket}
+	switch {
+	case len(v.ahead) > 0:
+		r.serving, r.rev = v.ahead[0].ticket, v.ahead[0].holder.Rev
+	case !v.mine:
+		r.serving, r.life = v.ticket-1, "?"
+	}
+	return r
+}
+
+func (v queueView) servedLease() time.Duration { return v.lease }
+func (v queueView) sharedHold() time.Duration  { return 0 }
+func (v queueView) turnBegan() time.Time       { return time.Time{} }
+
+func (v queueView) holder() *Holder {
+	if len(v.ahead) == 0 {
+		return nil
+	}
+	h := v.ahead[0].holder
+	return &h
+}
+
+func (v queueView) servedID() string {
+	if len(v.ahead) == 0 {
+		return ""
+	}
+	return v.ahead[0].sk
+}
+
+// queueLine is the Queue's lineLayout: the line is the ticket rows. Every row ahead is
+// watched (Queue.dead), not only the first, so that waiters that died anywhere ahead are
+// evicted together, within about a lease.
+type queueLine struct {
+	q      *Queue
+	l      *Lease // our row's lease: its heartbeat keeps the row alive while we wait
+	ns     string
+	ticket int64
+	st     *acqStats
+	w      *queueWatch
+}
+
+// queueWatch is what one wait keeps between reads.
+type queueWatch struct {
+	// deleted: rows this wait evicted. A ticket's row does not come back once deleted
+	// (its number lies below the counter), so an eventually consistent view that still
+	// shows one is old: the row is passed over, not evicted again (a Delete and a read
+	// each time, at every poll, while the view stays old). A consistent view is taken as
+	// it is.
+	deleted map[string]bool
+	fullAt  time.Time  // when every row ahead was last read (short waits never need to)
+	dead    []queueRow // the rows ahead that skippable found dead
+	wake    time.Time  // when the next row ahead could be found dead (zero: unknown)
+	sawLine bool       // a read showed rows ahead
+}
+
+// read scans the rows from the head of the queue up to ours: scanRows of them, all once
+// a lease. Our row's lease lost (the heartbeat says so) reads as gone, without a request.
+// An eventually consistent view that showed only rows this wait deleted is read again,
+// consistently: it is old.
+func (ql queueLine) read(ctx context.Context, consistent bool) (queueView, error) {
+	v := queueView{ticket: ql.ticket, lease: ql.l.duration}
+	select {
+	case <-ql.l.Done():
+		v.gone = true
+		return v, nil
+	default:
+	}
 	for {
-		select {
-		case <-l.Done():
-			return l.Err()
-		default:
-		}
-		send := q.cfg.clock.Now()
-		// The rows from the head of the queue up to ours (a Query in key order: the
-		// zero-padded ticket): scanRows of them, all once a lease.
 		limit := int32(scanRows)
-		if send.Sub(fullAt) >= l.duration {
-			limit, fullAt = 0, send
+		if now := ql.q.cfg.clock.Now(); now.Sub(ql.w.fullAt) >= ql.l.duration {
+			limit, ql.w.fullAt = 0, now
 		}
-		rows, complete, err := q.scan(ctx, l.key, ac.namespace, ticket, limit, consistent)
+		rows, complete, err := ql.q.scan(ctx, ql.l.key, ql.ns, ql.ticket, limit, consistent)
 		if err != nil {
-			if ctx.Err() != nil {
-				return &HeldError{Key: l.key, Waited: q.cfg.clock.Now().Sub(start), Cause: ctx.Err()}
-			}
-			if classify(err) == errFatal {
-				return fmt.Errorf("lockcore: queue %q: %w", l.key, err)
-			}
+			return v, err
 		}
-		now := q.cfg.clock.Now()
-		if err == nil {
-			if rtt == 0 {
-				rtt = max(now.Sub(send), time.Millisecond)
-			} else {
-				rtt = (3*rtt + max(now.Sub(send), time.Millisecond)) / 4
-			}
-		}
-		mine, reached, old := false, false, false
-		var ahead []queueRow
+		v.ahead, v.mine = nil, false
+		reached, old := false, false
 		for _, r := range rows {
-			if r.ticket >= ticket {
+			if r.ticket >= ql.ticket {
 				reached = true
-				mine = r.ticket == ticket && r.holder.LeaseID == l.id
+				v.mine = r.ticket == ql.ticket && r.holder.LeaseID == ql.l.id
 				break
 			}
-			if !consistent && deleted[r.sk] {
-				old = true // an old view: the row is gone
+			if !consistent && ql.w.deleted[r.sk] {
+				old = true
 				continue
 			}
-			ahead = append(ahead, r)
+			v.ahead = append(v.ahead, r)
 		}
-		if err == nil && !mine && (complete || reached) {
-			if !consistent {
-				consistent = true // an old view: look again, consistently
-				continue
-			}
-			// Every row up to our ticket was read and ours is not there (or not ours).
-			return &LeaseError{Op: "wait", Key: l.key, LeaseID: l.id, Err: ErrLeaseLost}
-		}
-		var live []queueRow
-		var wake time.Duration = -1
-		evicted := false
-		for _, r := range ahead {
-			dead, in := q.dead(l.key, r, now)
-			if dead && q.evict(ctx, l.key, r) {
-				st.takeover = true
-				evicted = true
-				deleted[r.sk] = true
-				continue
-			}
-			live = append(live, r)
-			if in >= 0 && (wake < 0 || in < wake) {
-				wake = in
-			}
-		}
-		if err == nil && len(live) == 0 {
-			if mine && !consistent {
-				consistent = true // confirm it, at once
-				continue
-			}
-			if mine {
-				served = true
-				return nil // our turn: our row is the first one
-			}
-			if evicted || old {
-				// The rows read were dead and are gone: read on from there, at once —
-				// consistently, since an old view (of the first rows only, ours not
-				// among them) would show them again, as long as it stays old.
-				consistent = true
-				continue
-			}
-			// Only rows without a holder ahead (none are written so): back off, read again.
-			if serr := sleep(ctx, q.cfg.backoffBase); serr != nil {
-				return &HeldError{Key: l.key, Waited: q.cfg.clock.Now().Sub(start), Cause: serr}
-			}
+		if old && len(v.ahead) == 0 && !v.mine {
+			consistent = true
 			continue
 		}
-		var head *Holder
-		if len(live) > 0 {
-			st.contended = true
-			sawLine = true
-			head = &live[0].holder
+		v.gone = !v.mine && (complete || reached)
+		if len(v.ahead) > 0 {
+			ql.st.contended = true
+			ql.w.sawLine = true
 		}
-		turn := q.pacing.turn(l.key, rtt, pc.pace)
-		switch {
-		case err != nil || len(live) == 0:
-		case headTicket < 0:
-			pc.restart(send)
-		default:
-			pc.read(send, live[0].ticket-headTicket, turn, rtt)
-		}
-		if err == nil && len(live) > 0 {
-			headTicket = live[0].ticket
-		}
-		waited := now.Sub(start)
-		p := ac.wait
-		budget := p.max
-		if err != nil {
-			// The last read failed transiently (throttled, say): nobody may hold the
-			// lock. As for the take (retrySpent), the policy bounds the retries — its
-			// wait, and at least the backoff cap — and the error says why, not
-			// ErrLockHeld.
-			budget = max(p.max, q.cfg.backoffCap)
-			if q.cfg.retrySpent(p, start) {
-				return fmt.Errorf("lockcore: queue %q: read the queue: %w", l.key, err)
-			}
-		}
-		if !p.forever && waited >= budget {
-			if err == nil && !consistent {
-				// An eventually consistent view (the first read after a line, or one of a
-				// waiter far back) may be old: the line it shows may be gone. The time
-				// ran out on what a consistent read shows, at once, not on it.
-				consistent = true
-				continue
-			}
-			return &HeldError{Key: l.key, Holder: head, Waited: waited, TimedOut: p.max > 0}
-		}
-		pos := int64(1) // after a failed read: as if next
-		if len(live) > 0 {
-			pos = ticket - live[0].ticket
-		}
-		consistent = pos <= 1
-		d := pc.delay(now, pos, max(rtt, time.Millisecond), turn)
-		if err != nil {
-			// Throttled, say: back off as every other retry does, rather than ask again
-			// every backoffBase for as long as the table refuses.
-			d = errBo.next()
-		} else {
-			errBo.n = 0
-		}
-		if wake >= 0 && wake < d {
-			d = wake + time.Millisecond
-		}
-		d = min(d, l.duration/10)
-		d = max(d, ac.pollFloor(l.duration))
-		if !p.forever {
-			d = min(d, budget-waited)
-		}
-		if err := sleep(ctx, max(d, time.Millisecond)); err != nil {
-			return &HeldError{Key: l.key, Holder: head, Waited: q.cfg.clock.Now().Sub(start), Cause: err}
-		}
+		return v, nil
 	}
 }
+
+func (ql queueLine) gone(v queueView) bool { return v.gone }
+
+// skippable: some row ahead is dead (Queue.dead); it notes them for skip, and when the
+// next of the others could be.
+func (ql queueLine) skippable(v queueView, _ observer, now time.Time) (ok, stalled bool) {
+	ql.w.dead, ql.w.wake = ql.w.dead[:0], time.Time{}
+	for _, r := range v.ahead {
+		dead, in := ql.q.dead(ql.l.key, r, now)
+		switch {
+		case dead:
+			ql.w.dead = append(ql.w.dead, r)
+		case in >= 0 && (ql.w.wake.IsZero() || now.Add(in).Before(ql.w.wake)):
+			ql.w.wake = now.Add(in)
+		}
+	}
+	return len(ql.w.dead) > 0, true
+}
+
+// skip evicts the dead rows ahead; it reports whether any is gone.
+func (ql queueLine) skip(ctx context.Context, _ queueView, _ bool) bool {
+	evicted := false
+	for _, r := range ql.w.dead {
+		if ql.q.evict(ctx, ql.l.key, r) {
+			ql.st.takeover = true
+			ql.w.deleted[r.sk] = true
+			evicted = true
+		}
+	}
+	return evicted
+}
+
+// skipAt: when the first row ahead could be found dead (a lease from now when unknown:
+// the line's reads are capped by watchEvery anyway).
+func (ql queueLine) skipAt(queueView, observer) time.Time {
+	if ql.w.wake.IsZero() {
+		return ql.q.cfg.clock.Now().Add(ql.l.duration)
+	}
+	return ql.w.wake
+}
+
+// withdraw: nothing here; Acquire releases our row's lease when the wait fails.
+func (ql queueLine) withdraw(context.Context) {}
 
 // dead decides whether row r's holder stopped heartbeating; if not, it says how long
 // until it could be judged dead (-1: unknown).
@@ -754,62 +775,45 @@ func (q *Queue) ownedBy(l *Lease) expression.ConditionBuilder {
 }
 
 // renew implements leaseOps (the heartbeat of waiting and holding rows).
+//
+// The recorded lease end only moves forward: a late copy of an earlier renewal (sent,
+// timed out, retried, landing after a later renewal) must not set until back to its
+// older value, or a waiter in wall-clock mode would evict us while our validity (from
+// the later renewal) still runs. Where the row records a later end than ours (a clock
+// stepped back), the renewal keeps it (keepUntil) and only bumps rev, hb and TTL.
 func (q *Queue) renew(ctx context.Context, l *Lease) error {
-	bo := backoff{base: q.cfg.backoffBase, cap: q.cfg.backoffCap}
-	// The recorded lease end only moves forward: a late copy of an earlier renewal (sent,
-	// timed out, retried, landing after a later renewal) must not set until back to its
-	// older value, or a waiter in wall-clock mode would evict us while our validity (from
-	// the later renewal) still runs. Where the row records a later end than ours (a clock
-	// stepped back), the renewal keeps it (keepUntil) and only bumps rev, hb and TTL.
 	keepUntil := false
-	for {
-		now := q.cfg.clock.Now()
-		until := now.Add(l.duration).UnixMilli()
-		upd := expression.Set(name(attrHB), value(now.UnixMilli())).
-			Set(name(q.cfg.names.TTL), value(q.cfg.ttlAt(now, l.duration+q.cfg.ttlGrace))).
-			Add(name(attrRev), value(1))
-		cond := q.ownedBy(l)
-		if !keepUntil {
-			upd = upd.Set(name(attrUntil), value(until))
-			cond = expression.And(cond, expression.Or(
-				expression.AttributeNotExists(name(attrUntil)),
-				expression.LessThanEqual(name(attrUntil), value(until))))
-		}
-		e := expr(expression.NewBuilder().WithCondition(cond).WithUpdate(upd))
-		out, err := q.db.UpdateItem(ctx, conditionalUpdate(q.table, q.rowKey(l), e, types.ReturnValueNone), noSDKRetry)
-		if err == nil {
+	var until int64
+	return holderWrite(ctx, q.cfg, "renew", l.key,
+		func(ctx context.Context) (*dynamodb.UpdateItemOutput, error) {
+			now := q.cfg.clock.Now()
+			until = now.Add(l.duration).UnixMilli()
+			upd := expression.Set(name(attrHB), value(now.UnixMilli())).
+				Set(name(q.cfg.names.TTL), value(q.cfg.ttlAt(now, l.duration+q.cfg.ttlGrace))).
+				Add(name(attrRev), value(1))
+			cond := q.ownedBy(l)
+			if !keepUntil {
+				upd = upd.Set(name(attrUntil), value(until))
+				cond = expression.And(cond, expression.Or(
+					expression.AttributeNotExists(name(attrUntil)),
+					expression.LessThanEqual(name(attrUntil), value(until))))
+			}
+			e := expr(expression.NewBuilder().WithCondition(cond).WithUpdate(upd))
+			return q.db.UpdateItem(ctx, conditionalUpdate(q.table, q.rowKey(l), e, types.ReturnValueNone), noSDKRetry)
+		},
+		func(out *dynamodb.UpdateItemOutput) error {
 			q.cfg.observeServer(out.ResultMetadata)
 			return nil
-		}
-		switch classify(err) {
-		case errCondition:
-			old, ok := conditionOld(err)
-			if !ok {
-				// The row is gone, or the engine returns no old item: a failed condition
-				// may still be ours with a later recorded end, so read it.
-				cur, rerr := readItem(ctx, q.db, q.table, q.rowKey(l))
-				if rerr != nil {
-					if classify(rerr) == errFatal {
-						return fmt.Errorf("lockcore: renew %q: condition failed and re-read failed: %w", l.key, rerr)
-					}
-					err = rerr
-					break // try again
-				}
-				old = cur
-			}
+		},
+		func(ctx context.Context) (item, error) { return readItem(ctx, q.db, q.table, q.rowKey(l)) },
+		func(_ context.Context, old item, _ bool) (bool, error) {
 			if r, ok := attrN(old, attrUntil); ok && !keepUntil && r > until &&
 				attrS(old, attrLeaseID) == l.id && attrS(old, attrOwner) == l.owner {
 				keepUntil = true // still ours, with a later recorded end: keep it
-				continue
+				return true, nil
 			}
-			return q.classifyOld("renew", l, old)
-		case errFatal:
-			return fmt.Errorf("lockcore: renew %q: %w", l.key, err)
-		}
-		if serr := sleep(ctx, bo.next()); serr != nil {
-			return fmt.Errorf("lockcore: renew %q: %w (last error: %v)", l.key, serr, err)
-		}
-	}
+			return false, q.classifyOld("renew", l, old)
+		})
 }
 
 func (q *Queue) classifyOld(op string, l *Lease, old item) error {
@@ -824,21 +828,18 @@ func (q *Queue) release(ctx context.Context, l *Lease) error {
 	if v, ok := q.since.LoadAndDelete(l.id); ok {
 		q.pacing.held(l.key, q.cfg.clock.Now().Sub(v.(time.Time)))
 	}
-	bo := backoff{base: q.cfg.backoffBase, cap: q.cfg.backoffCap}
 	e := expr(expression.NewBuilder().WithCondition(q.ownedBy(l)))
-	uncertain := false
-	for {
-		_, err := q.db.DeleteItem(ctx, &dynamodb.DeleteItemInput{
-			TableName: aws.String(q.table), Key: q.rowKey(l),
-			ConditionExpression: e.Condition(), ExpressionAttributeNames: e.Names(), ExpressionAttributeValues: e.Values(),
-			ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
-		}, noSDKRetry)
-		if err == nil {
-			return nil
-		}
-		switch classify(err) {
-		case errCondition:
-			old, _ := conditionOld(err)
+	return holderWrite(ctx, q.cfg, "release", l.key,
+		func(ctx context.Context) (*dynamodb.DeleteItemOutput, error) {
+			return q.db.DeleteItem(ctx, &dynamodb.DeleteItemInput{
+				TableName: aws.String(q.table), Key: q.rowKey(l),
+				ConditionExpression: e.Condition(), ExpressionAttributeNames: e.Names(), ExpressionAttributeValues: e.Values(),
+				ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
+			}, noSDKRetry)
+		},
+		func(*dynamodb.DeleteItemOutput) error { return nil },
+		nil,
+		func(_ context.Context, old item, uncertain bool) (bool, error) {
 			if old == nil && uncertain {
 				// Gone: deleted by our earlier attempt, or evicted as dead before it.
 				// A row is evicted only after its heartbeat stopped for a full lease,
@@ -846,20 +847,12 @@ func (q *Queue) release(ctx context.Context, l *Lease) error {
 				// lease's local validity, nobody but our earlier attempt can have
 				// deleted it.
 				if l.Remaining() > 0 {
-					return nil
+					return false, nil
 				}
-				return &LeaseError{Op: "release", Key: l.key, LeaseID: l.id, Err: errLostUnknown}
+				return false, &LeaseError{Op: "release", Key: l.key, LeaseID: l.id, Err: errLostUnknown}
 			}
-			return q.classifyOld("release", l, old)
-		case errFatal:
-			return fmt.Errorf("lockcore: release %q: %w", l.key, err)
-		case errAmbiguous:
-			uncertain = true
-		}
-		if serr := sleep(ctx, bo.next()); serr != nil {
-			return fmt.Errorf("lockcore: release %q: %w (last error: %v)", l.key, serr, err)
-		}
-	}
+			return false, q.classifyOld("release", l, old)
+		})
 }
 
 // GuardCheck returns a TransactWriteItems entry that fails the caller's transaction

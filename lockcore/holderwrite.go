@@ -3,21 +3,19 @@ package lockcore
 import (
 	"context"
 	"fmt"
-
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 )
 
 // holderWrite is the retry policy of a holder's conditional write on its lock row (a
-// renewal, a release): send, rebuilt per attempt, is sent until it succeeds (done gets
+// renewal, a release; an UpdateItem, or the Queue's DeleteItem): send, rebuilt per attempt, is sent until it succeeds (done gets
 // the answer) or DynamoDB refuses it. Only a write that certainly succeeded counts, so a
 // throttled or ambiguous attempt is sent again; uncertain, passed to refused, says
 // whether an earlier attempt may have landed (an ambiguous one). Refused, the row comes
 // from the refusal, or from reread (nil: none) when the refusal did not return it;
 // refused says whether to send again (the other variant of the write fits) or returns
 // the outcome. op and key name the write in errors.
-func holderWrite(ctx context.Context, cfg *config, op, key string,
-	send func(context.Context) (*dynamodb.UpdateItemOutput, error),
-	done func(*dynamodb.UpdateItemOutput) error,
+func holderWrite[O any](ctx context.Context, cfg *config, op, key string,
+	send func(context.Context) (O, error),
+	done func(O) error,
 	reread func(context.Context) (item, error),
 	refused func(ctx context.Context, old item, uncertain bool) (again bool, err error)) error {
 	bo := backoff{base: cfg.backoffBase, cap: cfg.backoffCap}

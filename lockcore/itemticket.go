@@ -1022,11 +1022,9 @@ func (l itemLine) skip(ctx context.Context, r itemRow, stalled bool) bool {
 	return true
 }
 
-func (l itemLine) read(ctx context.Context, consistent bool) (item, error) {
-	if consistent {
-		return l.il.read(ctx, l.h.key)
-	}
-	return readEventually(ctx, l.il.db, l.il.table, l.h.key)
+func (l itemLine) read(ctx context.Context, consistent bool) (itemRow, error) {
+	it, err := getItem(ctx, l.il.db, l.il.table, l.h.key, consistent)
+	return l.parse(it), err
 }
 
 func (l itemLine) withdraw(ctx context.Context) { l.il.withdraw(ctx, l.h, l.leaseID) }

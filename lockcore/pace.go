@@ -19,7 +19,7 @@ type pacing struct {
 	hold  map[string]time.Duration // moving average of this client's hold time
 	pace  map[string]time.Duration // the queue's pace as last measured
 	reach map[string]float64       // how far a far-back waiter sleeps (see pacer.delay)
-	line  map[string]bool          // the last wait found others ahead (see Queue.waitTurn)
+	line  map[string]bool          // the last wait found others ahead (see Queue.wait)
 }
 
 // lineAhead says whether this client's last wait on key found others ahead of it.

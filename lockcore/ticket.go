@@ -441,8 +441,6 @@ type ticketLine struct {
 	h *ticketHold
 }
 
-func (l ticketLine) parse(it item) ticketRow { return parseTicketRow(it, l.h.wattr) }
-
 func (l ticketLine) gone(r ticketRow) bool { return !r.exists || r.life != l.h.life }
 
 // skippable: the served ticket was withdrawn — only on a view that shows it issued: an
@@ -474,11 +472,9 @@ func (l ticketLine) skipAt(r ticketRow, obs observer) time.Time {
 	return obs.since.Add(max(r.servedLease(), time.Millisecond))
 }
 
-func (l ticketLine) read(ctx context.Context, consistent bool) (item, error) {
-	if consistent {
-		return l.t.read(ctx, l.h.key, l.h.ns)
-	}
-	return readEventually(ctx, l.t.db, l.t.table, l.t.keyOf(l.h.key, l.h.ns))
+func (l ticketLine) read(ctx context.Context, consistent bool) (ticketRow, error) {
+	it, err := getItem(ctx, l.t.db, l.t.table, l.t.keyOf(l.h.key, l.h.ns), consistent)
+	return parseTicketRow(it, l.h.wattr), err
 }
 
 func (l ticketLine) withdraw(ctx context.Context) { l.t.withdraw(ctx, l.h) }

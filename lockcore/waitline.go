@@ -11,12 +11,12 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 )
 
-// The wait line, shared by the Mutex, the TicketLock (a lock row) and the ItemLocker (the
-// data item) (docs/protocol.md §3, "wait"): a waiter holding ticket t reads the line until
-// serving = t, skips a served ticket that was withdrawn or whose holder stopped
-// heartbeating for its lease, and gives its ticket up when its wait policy's time runs
-// out. What differs between them is where the line's fields live and how a skip is
-// written: a lineLayout.
+// The wait line, shared by the Mutex, the TicketLock (a lock row), the ItemLocker (the
+// data item) and the Queue (its ticket rows) (docs/protocol.md §3, "wait"): a waiter
+// holding ticket t reads the line until serving = t, skips a served ticket that was
+// withdrawn or whose holder stopped heartbeating for its lease, and gives its ticket up
+// when its wait policy's time runs out. What differs between them is where the line's
+// fields live and how a skip is written: a lineLayout.
 
 // lineRow is a parsed lock row as the wait line sees it.
 type lineRow interface {
@@ -44,8 +44,6 @@ func (r ticketRow) turnBegan() time.Time { return time.Time{} }
 
 // lineLayout is what a wait line needs of its strategy.
 type lineLayout[R lineRow] interface {
-	// parse reads a row as returned by DynamoDB (nil: no row).
-	parse(it item) R
 	// gone reports whether r does not show the line our ticket was issued in (no row,
 	// another life, another format).
 	gone(r R) bool
@@ -60,7 +58,7 @@ type lineLayout[R lineRow] interface {
 	// mode the lease end the row records plus the allowance.
 	skipAt(r R, obs observer) time.Time
 	// read reads the row, strongly consistent or not.
-	read(ctx context.Context, consistent bool) (item, error)
+	read(ctx context.Context, consistent bool) (R, error)
 	// withdraw gives our ticket up (or passes the lock on if it was just served).
 	withdraw(ctx context.Context)
 }
@@ -91,6 +89,9 @@ type lineWait struct {
 	// life with our ticket served (validity counts from lastBefore anyway), and
 	// serving past our ticket in our life means skipped: serving only grows in a life.
 	confirmTurn bool
+	// eventual: the row waitTurn starts from was read eventually consistently (the
+	// Queue's first read, see queueLine.read); a lock row's take returns it as written.
+	eventual bool
 }
 
 // servedKey names the served ticket of a row in the observation memory.
@@ -126,8 +127,8 @@ func waitTurn[R lineRow](ctx context.Context, ly lineLayout[R], w lineWait, row 
 	defer func() { pc.done(w.pacing, w.pk, served) }()
 	seeServed(w.obs, row, clock.Now())
 	bo := backoff{base: w.cfg.backoffBase, cap: w.cfg.backoffCap}
-	rowConsistent := true // row came from a strongly consistent read (or the take)
-	confirm := false      // decide on a strongly consistent view, read at once
+	rowConsistent := !w.eventual // row came from a strongly consistent read (or the take)
+	confirm := false             // decide on a strongly consistent view, read at once
 	for {
 		b := row.line()
 		gone := ly.gone(row)
@@ -193,7 +194,7 @@ func waitTurn[R lineRow](ctx context.Context, ly lineLayout[R], w lineWait, row 
 		send := clock.Now()
 		consistent := w.ticket-b.serving <= 1 || gone || confirm || pc.aimed || (w.fresh > 0 && send.Sub(lastBefore) >= w.fresh)
 		confirm = false
-		it, err := ly.read(ctx, consistent)
+		next, err := ly.read(ctx, consistent)
 		if err != nil {
 			if ctx.Err() != nil {
 				return row, lastBefore, giveUp(ctx, ly, w, row, ctx.Err())
@@ -209,7 +210,6 @@ func waitTurn[R lineRow](ctx context.Context, ly lineLayout[R], w lineWait, row 
 		}
 		now = clock.Now()
 		rtt = (3*rtt + max(now.Sub(send), time.Millisecond)) / 4
-		next := ly.parse(it)
 		nb := next.line()
 		if consistent && nb.serving < w.ticket {
 			lastBefore = send
@@ -235,7 +235,7 @@ func giveUp[R lineRow](ctx context.Context, ly lineLayout[R], w lineWait, row R,
 	if cause != nil && ctx.Err() == nil && !errors.Is(cause, context.Canceled) && !errors.Is(cause, context.DeadlineExceeded) {
 		return cause
 	}
-	return &HeldError{Key: w.key, Holder: row.holder(), Waited: waited, TimedOut: cause == nil, Cause: cause}
+	return &HeldError{Key: w.key, Holder: row.holder(), Waited: waited, TimedOut: cause == nil && !noWait(w.ac.wait), Cause: cause}
 }
 
 // withdrawal sends e, a waiter's withdrawal of its ticket (or its tombstone for a ticket
