@@ -2,6 +2,7 @@ package lockcore
 
 import (
 	"container/heap"
+	"context"
 	"fmt"
 	"math/rand"
 	"testing"
@@ -10,11 +11,12 @@ import (
 
 // An engine-free simulation of a hot Mutex key: n workers, each its own client, loop
 // take → wait → hold → release as the bench's do; every call takes a round trip (half
-// to reach the table, half back), with jitter. Waiters pace their reads exactly as
-// Mutex.wait does (pacer, pacing.turnShared, the watchEvery cap), with or without the
-// row's turn start (pacer.began): the figures are reads per handoff and the time from a
-// release reaching the table to the next holder entering (the lock's idle time per
-// handoff; 1 round trip at best).
+// to reach the table, half back), with jitter. Waiters decide their reads with the wait
+// line's own decisions (lineState.step and saw: the pacer, pacing.turnShared, the
+// watchEvery cap), with or without the row's turn start (lineWait.plan, pacer.began): the
+// figures are reads per handoff and the time from a release reaching the table to the
+// next holder entering (the lock's idle time per handoff; 1 round trip at best). Nobody
+// dies here: the line never skips (paceSimLine).
 
 type paceSimConfig struct {
 	workers  int
@@ -91,9 +93,9 @@ func simulatePacing(c paceSimConfig) paceSimResult {
 
 	type worker struct {
 		p      pacing
-		pc     pacer
+		ls     *lineState[mutexRow]
+		obs    observer
 		ticket int64
-		rtt    time.Duration
 		since  time.Time
 		shared int64
 		row    struct {
@@ -166,25 +168,30 @@ func simulatePacing(c paceSimConfig) paceSimResult {
 			view(w)
 		}, &seq)
 		q.at(now.Add(out), func(now time.Time) {
-			w.rtt = max(now.Sub(sent), time.Millisecond)
 			if w.row.serving == w.ticket {
 				hold(w, now)
 				return
 			}
-			w.pc = newPacer(&w.p, "k", sent)
-			if c.began {
-				row := rowOf(w)
-				w.pc.began(sent, row.turnBegan(), w.rtt, c.lease)
-			}
+			lw := lineWait{pacing: &w.p, pk: "k", ticket: w.ticket, ac: &acquireConfig{wait: WaitForever()},
+				start: sent, obs: &w.obs, plan: c.began}
+			w.ls = newLineState(lw, rowOf(w), sent, now)
 			wait(w, now)
 		}, &seq)
 	}
+	line := paceSimLine{lease: c.lease}
 	wait = func(w *worker, now time.Time) {
-		row := rowOf(w)
-		pos, turn := w.ticket-row.serving, w.p.turnShared("k", w.rtt, w.pc.pace, row.sharedHold())
-		d := w.pc.delay(now, pos, w.rtt, turn)
-		d = max(min(d, watchEvery(c.lease)), time.Millisecond)
-		send := now.Add(d)
+		st := w.ls.step(line, now)
+		switch st.do {
+		case lineEnter:
+			w.ls.pc.done(&w.p, "k", true)
+			hold(w, now)
+			return
+		case lineRead:
+		default:
+			panic(fmt.Sprintf("pacesim: a wait step %d where nobody dies", st.do))
+		}
+		pos := w.ticket - w.ls.row.serving
+		send := now.Add(st.sleep)
 		out := call()
 		q.at(send.Add(out/2), func(time.Time) { view(w) }, &seq)
 		q.at(send.Add(out), func(now time.Time) {
@@ -194,18 +201,7 @@ func simulatePacing(c paceSimConfig) paceSimResult {
 					res.nearReads++
 				}
 			}
-			w.rtt = (3*w.rtt + max(now.Sub(send), time.Millisecond)) / 4
-			prev := row.serving
-			nrow := rowOf(w)
-			w.pc.read(send, nrow.serving-prev, w.p.turnShared("k", w.rtt, w.pc.pace, nrow.sharedHold()), w.rtt)
-			if c.began {
-				w.pc.began(send, nrow.turnBegan(), w.rtt, c.lease)
-			}
-			if nrow.serving == w.ticket {
-				w.pc.done(&w.p, "k", true)
-				hold(w, now)
-				return
-			}
+			w.ls.saw(rowOf(w), st.consistent, send, now)
 			wait(w, now)
 		}, &seq)
 	}
@@ -280,3 +276,14 @@ func TestPaceSimReadsPerHandoff(t *testing.T) {
 		}
 	}
 }
+
+// paceSimLine is the wait line of simulatePacing: rows as rowOf builds them, nobody
+// withdraws or dies (so nothing is ever skippable), and no I/O (the simulation sends).
+type paceSimLine struct{ lease time.Duration }
+
+func (paceSimLine) gone(mutexRow) bool                                   { return false }
+func (paceSimLine) skippable(mutexRow, observer, time.Time) (bool, bool) { return false, false }
+func (paceSimLine) skip(context.Context, mutexRow, bool) bool            { return false }
+func (l paceSimLine) skipAt(_ mutexRow, obs observer) time.Time          { return obs.since.Add(l.lease) }
+func (paceSimLine) read(context.Context, bool) (mutexRow, error)         { panic("pacesim: no I/O") }
+func (paceSimLine) withdraw(context.Context)                             {}

@@ -109,122 +109,177 @@ func seeServed[R lineRow](obs *observer, r R, now time.Time) {
 // it. It returns errTicketSkipped when our ticket was skipped or the row is gone, and
 // the wait policy's or the context's end as giveUp explains it (our ticket withdrawn).
 //
-// In only by our ticket served in the life it was issued in: an eventually consistent
-// read may return the row of an earlier life (before TTL removed it) with our number
-// served, and its fence epoch would make our token lower than the last holder's.
+// It is the shell around lineState: the state decides each step from the row as read,
+// what the waiter knows and the clock (lineState.step), and waitTurn sends the request
+// the step names and gives the state the answer (lineState.saw).
 func waitTurn[R lineRow](ctx context.Context, ly lineLayout[R], w lineWait, row R, sent time.Time) (R, time.Time, error) {
 	clock := w.cfg.clock
-	lastBefore := sent
-	rtt := max(clock.Now().Sub(sent), time.Millisecond)
+	s := newLineState(w, row, sent, clock.Now())
+	served := false
+	defer func() { s.pc.done(w.pacing, w.pk, served) }()
+	bo := backoff{base: w.cfg.backoffBase, cap: w.cfg.backoffCap}
+	for {
+		st := s.step(ly, clock.Now())
+		switch st.do {
+		case lineEnter:
+			served = true
+			return s.row, s.lastBefore, nil
+		case lineSkipped:
+			return s.row, s.lastBefore, errTicketSkipped
+		case lineTimedOut:
+			return s.row, s.lastBefore, giveUp(ctx, ly, w, s.row, nil)
+		case lineSkip:
+			if !ly.skip(ctx, s.row, st.stalled) {
+				if err := sleep(ctx, bo.next()); err != nil {
+					return s.row, s.lastBefore, giveUp(ctx, ly, w, s.row, err)
+				}
+			}
+		case lineRead:
+			if st.sleep > 0 {
+				if err := sleep(ctx, st.sleep); err != nil {
+					return s.row, s.lastBefore, giveUp(ctx, ly, w, s.row, err)
+				}
+			}
+		}
+		send := clock.Now()
+		next, err := ly.read(ctx, st.consistent)
+		if err != nil {
+			if ctx.Err() != nil {
+				return s.row, s.lastBefore, giveUp(ctx, ly, w, s.row, ctx.Err())
+			}
+			if classify(err) == errFatal {
+				ly.withdraw(ctx)
+				return s.row, s.lastBefore, fmt.Errorf("lockcore: %s %q: %w", w.what, w.key, err)
+			}
+			if err := sleep(ctx, bo.next()); err != nil {
+				return s.row, s.lastBefore, giveUp(ctx, ly, w, s.row, err)
+			}
+			continue
+		}
+		s.saw(next, st.consistent, send, clock.Now())
+	}
+}
+
+// lineAction is what a wait does next (lineStep).
+type lineAction int
+
+const (
+	lineRead     lineAction = iota // sleep, then read the row
+	lineSkip                       // skip the served ticket, then read the row
+	lineEnter                      // our ticket is served: the wait is over
+	lineSkipped                    // our ticket was skipped, or the row is gone
+	lineTimedOut                   // the wait policy's time ran out: withdraw
+)
+
+// lineStep is one decision of a wait.
+type lineStep struct {
+	do         lineAction
+	sleep      time.Duration // lineRead: how long to sleep first
+	stalled    bool          // lineSkip: the served ticket's holder stopped heartbeating
+	consistent bool          // lineRead, lineSkip: the read is strongly consistent
+}
+
+// lineState is a wait in progress: the row as last read and what the waiter has
+// learned. step and saw decide without I/O; waitTurn sends.
+type lineState[R lineRow] struct {
+	w             lineWait
+	row           R
+	rowConsistent bool      // row came from a strongly consistent read (or the take)
+	lastBefore    time.Time // send time of the last strong read that showed an earlier ticket served
+	rtt           time.Duration
+	pc            *pacer
+}
+
+func newLineState[R lineRow](w lineWait, row R, sent, now time.Time) *lineState[R] {
 	pc := newPacer(w.pacing, w.pk, sent)
+	s := &lineState[R]{w: w, row: row, rowConsistent: !w.eventual, lastBefore: sent, rtt: max(now.Sub(sent), time.Millisecond), pc: &pc}
 	if w.plan {
-		pc.began(sent, row.turnBegan(), rtt, max(row.servedLease(), time.Millisecond))
+		pc.began(sent, row.turnBegan(), s.rtt, max(row.servedLease(), time.Millisecond))
 	}
 	if w.ac.urgent {
 		pc.reach = minReach
 	}
-	served := false
-	defer func() { pc.done(w.pacing, w.pk, served) }()
-	seeServed(w.obs, row, clock.Now())
-	bo := backoff{base: w.cfg.backoffBase, cap: w.cfg.backoffCap}
-	rowConsistent := !w.eventual // row came from a strongly consistent read (or the take)
-	confirm := false             // decide on a strongly consistent view, read at once
-	for {
-		b := row.line()
-		gone := ly.gone(row)
-		now := clock.Now()
-		switch {
-		case !rowConsistent && (gone || (w.confirmTurn && b.serving >= w.ticket)):
-			// An eventually consistent view may be old: it may show the row before our
-			// ticket was issued, or an earlier life's. That our ticket is gone is decided
-			// on a consistent read, at once; with confirmTurn, our turn too.
-			confirm = true
-		case gone || b.serving > w.ticket:
-			return row, lastBefore, errTicketSkipped
-		case b.serving == w.ticket:
-			served = true
-			return row, lastBefore, nil
-		}
-		ok, stalled := false, false
-		if !confirm {
-			ok, stalled = ly.skippable(row, *w.obs, now)
-		}
-		switch {
-		case confirm:
-		case ok:
-			if !ly.skip(ctx, row, stalled) {
-				if err := sleep(ctx, bo.next()); err != nil {
-					return row, lastBefore, giveUp(ctx, ly, w, row, err)
-				}
-			}
-		default:
-			waited := now.Sub(w.start)
-			p := w.ac.wait
-			if !p.forever && waited >= p.max {
-				if !rowConsistent {
-					// An eventually consistent view may be old: the line it shows may
-					// have moved on to our ticket. The time runs out on what a
-					// consistent read shows, taken at once.
-					confirm = true
-					break
-				}
-				return row, lastBefore, giveUp(ctx, ly, w, row, nil)
-			}
-			turn := w.pacing.turnShared(w.pk, rtt, pc.pace, row.sharedHold())
-			d := pc.delay(now, w.ticket-b.serving, rtt, turn)
-			// Never sleep past the moment the served ticket could be skipped, and look
-			// often enough that the takeover clock starts soon after the holder's last
-			// heartbeat (see watchEvery).
-			lease := max(row.servedLease(), time.Millisecond)
-			d = min(d, watchEvery(lease), ly.skipAt(row, *w.obs).Sub(now)+time.Millisecond)
-			d = max(d, w.ac.pollFloor(lease))
-			if !p.forever {
-				d = min(d, p.max-waited)
-			}
-			if err := sleep(ctx, max(d, time.Millisecond)); err != nil {
-				return row, lastBefore, giveUp(ctx, ly, w, row, err)
-			}
-		}
-		// Only the next in line, and a waiter whose read the pacer aimed at its own turn
-		// (pacer.aimed), read strongly consistently; waiters further back read
-		// eventually consistent (half the RCU) and only time their next read by it. Such
-		// a read shows a state the row really had, so the skips it may lead to stay safe
-		// (each is conditioned on the row as observed), but it may be old, so it never
-		// moves lastBefore, and what it shows of our turn is confirmed (above).
-		send := clock.Now()
-		consistent := w.ticket-b.serving <= 1 || gone || confirm || pc.aimed || (w.fresh > 0 && send.Sub(lastBefore) >= w.fresh)
-		confirm = false
-		next, err := ly.read(ctx, consistent)
-		if err != nil {
-			if ctx.Err() != nil {
-				return row, lastBefore, giveUp(ctx, ly, w, row, ctx.Err())
-			}
-			if classify(err) == errFatal {
-				ly.withdraw(ctx)
-				return row, lastBefore, fmt.Errorf("lockcore: %s %q: %w", w.what, w.key, err)
-			}
-			if err := sleep(ctx, bo.next()); err != nil {
-				return row, lastBefore, giveUp(ctx, ly, w, row, err)
-			}
-			continue
-		}
-		now = clock.Now()
-		rtt = (3*rtt + max(now.Sub(send), time.Millisecond)) / 4
-		nb := next.line()
-		if consistent && nb.serving < w.ticket {
-			lastBefore = send
-		}
-		if nb.life == b.life {
-			pc.read(send, nb.serving-b.serving, w.pacing.turnShared(w.pk, rtt, pc.pace, next.sharedHold()), rtt)
-			if w.plan {
-				pc.began(send, next.turnBegan(), rtt, max(next.servedLease(), time.Millisecond))
-			}
-		} else {
-			pc.restart(send)
-		}
-		seeServed(w.obs, next, now)
-		row, rowConsistent = next, consistent
+	seeServed(w.obs, row, now)
+	return s
+}
+
+// step decides what the wait does next, at now.
+//
+// In only by our ticket served in the life it was issued in: an eventually consistent
+// read may return the row of an earlier life (before TTL removed it) with our number
+// served, and its fence epoch would make our token lower than the last holder's.
+func (s *lineState[R]) step(ly lineLayout[R], now time.Time) lineStep {
+	w := s.w
+	b := s.row.line()
+	gone := ly.gone(s.row)
+	switch {
+	case !s.rowConsistent && (gone || (w.confirmTurn && b.serving >= w.ticket)):
+		// An eventually consistent view may be old: it may show the row before our
+		// ticket was issued, or an earlier life's. That our ticket is gone is decided on
+		// a consistent read, at once; with confirmTurn, our turn too.
+		return lineStep{do: lineRead, consistent: true}
+	case gone || b.serving > w.ticket:
+		return lineStep{do: lineSkipped}
+	case b.serving == w.ticket:
+		return lineStep{do: lineEnter}
 	}
+	if ok, stalled := ly.skippable(s.row, *w.obs, now); ok {
+		return lineStep{do: lineSkip, stalled: stalled, consistent: s.consistent(b, now)}
+	}
+	waited := now.Sub(w.start)
+	p := w.ac.wait
+	if !p.forever && waited >= p.max {
+		if !s.rowConsistent {
+			// An eventually consistent view may be old: the line it shows may have moved
+			// on to our ticket. The time runs out on what a consistent read shows, taken
+			// at once.
+			return lineStep{do: lineRead, consistent: true}
+		}
+		return lineStep{do: lineTimedOut}
+	}
+	turn := w.pacing.turnShared(w.pk, s.rtt, s.pc.pace, s.row.sharedHold())
+	d := s.pc.delay(now, w.ticket-b.serving, s.rtt, turn)
+	// Never sleep past the moment the served ticket could be skipped, and look often
+	// enough that the takeover clock starts soon after the holder's last heartbeat (see
+	// watchEvery).
+	lease := max(s.row.servedLease(), time.Millisecond)
+	d = min(d, watchEvery(lease), ly.skipAt(s.row, *w.obs).Sub(now)+time.Millisecond)
+	d = max(d, w.ac.pollFloor(lease))
+	if !p.forever {
+		d = min(d, p.max-waited)
+	}
+	d = max(d, time.Millisecond)
+	return lineStep{do: lineRead, sleep: d, consistent: s.consistent(b, now.Add(d))}
+}
+
+// consistent decides the kind of the read sent at send. Only the next in line, and a
+// waiter whose read the pacer aimed at its own turn (pacer.aimed), read strongly
+// consistently; waiters further back read eventually consistent (half the RCU) and only
+// time their next read by it. Such a read shows a state the row really had, so the skips
+// it may lead to stay safe (each is conditioned on the row as observed), but it may be
+// old, so it never moves lastBefore, and what it shows of our turn is confirmed (step).
+func (s *lineState[R]) consistent(b ticketRow, send time.Time) bool {
+	return s.w.ticket-b.serving <= 1 || s.pc.aimed || (s.w.fresh > 0 && send.Sub(s.lastBefore) >= s.w.fresh)
+}
+
+// saw takes the answer to a read sent at send (strongly consistent or not), received at
+// now: the row, the pace of the line and the round trip.
+func (s *lineState[R]) saw(next R, consistent bool, send, now time.Time) {
+	b, nb := s.row.line(), next.line()
+	s.rtt = (3*s.rtt + max(now.Sub(send), time.Millisecond)) / 4
+	if consistent && nb.serving < s.w.ticket {
+		s.lastBefore = send
+	}
+	if nb.life == b.life {
+		s.pc.read(send, nb.serving-b.serving, s.w.pacing.turnShared(s.w.pk, s.rtt, s.pc.pace, next.sharedHold()), s.rtt)
+		if s.w.plan {
+			s.pc.began(send, next.turnBegan(), s.rtt, max(next.servedLease(), time.Millisecond))
+		}
+	} else {
+		s.pc.restart(send)
+	}
+	seeServed(s.w.obs, next, now)
+	s.row, s.rowConsistent = next, consistent
 }
 
 // giveUp withdraws the ticket and explains why the wait ended (cause nil: the wait
