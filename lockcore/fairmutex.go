@@ -896,7 +896,7 @@ func (h *mutexHold) renew(ctx context.Context, l *Lease) error {
 				return false, m.renew(ctx, l)
 			}
 			return false, ferr
-		})
+		}, nil)
 }
 
 // release implements leaseOps: it serves the next ticket. When no later ticket was
@@ -976,7 +976,7 @@ func (h *mutexHold) release(ctx context.Context, l *Lease) error {
 				return false, &LeaseError{Op: "release", Key: h.key, LeaseID: l.id, Current: row.holder(), Err: errLostUnknown}
 			}
 			return false, ferr
-		})
+		}, nil)
 }
 
 // rowTTL is the row's TTL attribute (epoch seconds; 0 if absent).

@@ -813,7 +813,7 @@ func (q *Queue) renew(ctx context.Context, l *Lease) error {
 				return true, nil
 			}
 			return false, q.classifyOld("renew", l, old)
-		})
+		}, nil)
 }
 
 func (q *Queue) classifyOld(op string, l *Lease, old item) error {
@@ -852,7 +852,7 @@ func (q *Queue) release(ctx context.Context, l *Lease) error {
 				return false, &LeaseError{Op: "release", Key: l.key, LeaseID: l.id, Err: errLostUnknown}
 			}
 			return false, q.classifyOld("release", l, old)
-		})
+		}, nil)
 }
 
 // GuardCheck returns a TransactWriteItems entry that fails the caller's transaction

@@ -13,6 +13,7 @@ import (
 	"crypto/rand"
 
 	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/expression"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 )
 
@@ -436,7 +437,6 @@ func (h *itemHold) renew(ctx context.Context, l *Lease) error {
 	defer h.io.Unlock()
 	il := h.il
 	a := il.attrs
-	bo := backoff{base: il.cfg.backoffBase, cap: il.cfg.backoffCap}
 	if h.attached && h.grant == 0 {
 		// An attached handle never shortens the lease the item grants its holder
 		// (waiters count it from every renewal, whichever handle sends it): writing its
@@ -450,32 +450,33 @@ func (h *itemHold) renew(ctx context.Context, l *Lease) error {
 		h.learn(it)
 	}
 	flips := 0
-	for {
-		now := il.cfg.clock.Now()
-		d := l.duration // what waiters grant from this renewal on (our validity: l.duration)
-		if g := time.Duration(h.grant) * time.Millisecond; g > d {
-			d = g
-		}
-		// A heartbeat also gives back the Room padding of a holder write (its room is
-		// ours to use), and gives an item life begun by a previous release's client its
-		// epoch.
-		u := expression.Set(name(a.Until), value(now.Add(d).UnixMilli())).
-			Set(name(a.LeaseMs), value(d.Milliseconds())).
-			Add(name(a.Rev), value(1)).
-			Set(name(a.Epoch), expression.IfNotExists(name(a.Epoch), value(itemEpoch(now))))
-		u = h.keepRoom(u, 0)
-		if !h.lean {
-			u = h.claim(u.Set(name(a.LockTime), value(now.UnixMilli())), l)
-		}
-		// Nor does any handle shorten a lease that another handle of this lease (lockedBy
-		// = its id) granted: an attached handle whose client uses a longer lease counts
-		// that lease from its renewal, and waiters would take over after ours.
-		shorter := expression.And(
-			expression.Equal(name(a.LockedBy), value(l.id)),
-			expression.GreaterThan(name(a.LeaseMs), value(d.Milliseconds())))
-		e := expr(expression.NewBuilder().WithCondition(expression.And(h.owns(l), expression.Not(shorter))).WithUpdate(initAttrs(u, h.init)))
-		out, err := il.db.UpdateItem(ctx, conditionalUpdate(il.table, h.key, e, types.ReturnValueAllNew), noSDKRetry)
-		if err == nil {
+	var d time.Duration // what waiters grant from this renewal on (our validity: l.duration)
+	return holderWrite(ctx, il.cfg, "renew", l.key,
+		func(ctx context.Context) (*dynamodb.UpdateItemOutput, error) {
+			now := il.cfg.clock.Now()
+			d = max(l.duration, time.Duration(h.grant)*time.Millisecond)
+			// A heartbeat also gives back the Room padding of a holder write (its room is
+			// ours to use), and gives an item life begun by a previous release's client
+			// its epoch.
+			u := expression.Set(name(a.Until), value(now.Add(d).UnixMilli())).
+				Set(name(a.LeaseMs), value(d.Milliseconds())).
+				Add(name(a.Rev), value(1)).
+				Set(name(a.Epoch), expression.IfNotExists(name(a.Epoch), value(itemEpoch(now))))
+			u = h.keepRoom(u, 0)
+			if !h.lean {
+				u = h.claim(u.Set(name(a.LockTime), value(now.UnixMilli())), l)
+			}
+			// Nor does any handle shorten a lease that another handle of this lease
+			// (lockedBy = its id) granted: an attached handle whose client uses a longer
+			// lease counts that lease from its renewal, and waiters would take over after
+			// ours.
+			shorter := expression.And(
+				expression.Equal(name(a.LockedBy), value(l.id)),
+				expression.GreaterThan(name(a.LeaseMs), value(d.Milliseconds())))
+			e := expr(expression.NewBuilder().WithCondition(expression.And(h.owns(l), expression.Not(shorter))).WithUpdate(initAttrs(u, h.init)))
+			return il.db.UpdateItem(ctx, conditionalUpdate(il.table, h.key, e, types.ReturnValueAllNew), noSDKRetry)
+		},
+		func(out *dynamodb.UpdateItemOutput) error {
 			if !h.lean {
 				h.entry = false
 			}
@@ -485,34 +486,30 @@ func (h *itemHold) renew(ctx context.Context, l *Lease) error {
 				h.init, h.item = nil, out.Attributes
 			}
 			return nil
-		}
-		switch classify(err) {
-		case errCondition:
-			old, _ := refusedItem(ctx, err, func(ctx context.Context) (item, error) { return il.read(ctx, h.key) })
+		},
+		func(ctx context.Context) (item, error) { return il.read(ctx, h.key) },
+		func(_ context.Context, old item, _ bool) (bool, error) {
 			if st := il.state(old, h.wid); st.lockedBy == l.id && st.owner == l.owner && st.leaseMs > d.Milliseconds() && flips < 4 {
 				flips++
 				h.grant = st.leaseMs // granted by another handle: keep it
-				continue
+				return true, nil
 			}
-			return il.classifyOld("renew", l, old)
-		case errFatal:
-			if tooLarge(err) && !h.lean {
+			return false, il.classifyOld("renew", l, old)
+		},
+		func(err error) (bool, error) {
+			switch {
+			case !tooLarge(err):
+				return false, nil
+			case !h.lean:
 				// No room for our lease id, owner and lock time: hold the item by our
 				// ticket (or the lease id already there) and renew with what waiters
 				// watch only, which grows the item by a few bytes at most. The lease is
 				// not lost for want of room that nobody else took.
 				h.lean = true
-				continue
+				return true, nil
 			}
-			if tooLarge(err) {
-				return h.tooLargeErr("renew", 0, err)
-			}
-			return fmt.Errorf("lockcore: renew %s: %w", l.key, err)
-		}
-		if serr := sleep(ctx, bo.next()); serr != nil {
-			return fmt.Errorf("lockcore: renew %s: %w (last error: %v)", l.key, serr, err)
-		}
-	}
+			return false, h.tooLargeErr("renew", 0, err)
+		})
 }
 
 // release implements leaseOps: it passes the item on to the next ticket, or frees it.
@@ -526,66 +523,57 @@ func (h *itemHold) release(ctx context.Context, l *Lease) error {
 		il.pacing.held(il.pacingKey(h.label), il.cfg.clock.Now().Sub(h.since))
 	}
 	h.learnTicket(ctx, l)
-	bo := backoff{base: il.cfg.backoffBase, cap: il.cfg.backoffCap}
 	releaseID := randomHex(8)
 	handoff := h.handsOver()
-	uncertain := false
 	flips := 0
 	// Near the size limit, keep room for the next holder's lock attributes (room.go);
 	// but a release never fails for it: without room the next holder holds by its
 	// ticket (itemHold.lean).
 	pad := h.padding(0, h.passBytes(l, handoff))
-	for {
-		var u expression.UpdateBuilder
-		cond := h.owns(l)
-		u = h.keepRoom(expression.Set(name(il.attrs.Write), value(releaseID)), pad)
-		if h.ticket > 0 {
-			var fc expression.ConditionBuilder
-			u, fc = h.releaseUpdate(u, l, handoff)
-			cond = expression.And(cond, fc)
-		} else {
-			u = il.unlock(u) // a lease of an old client's making: no ticket to pass on
-		}
-		e := expr(expression.NewBuilder().WithCondition(cond).WithUpdate(u))
-		_, err := il.db.UpdateItem(ctx, conditionalUpdate(il.table, h.key, e, types.ReturnValueNone), noSDKRetry)
-		if err == nil {
-			return nil
-		}
-		switch classify(err) {
-		case errCondition:
-			old, _ := refusedItem(ctx, err, func(ctx context.Context) (item, error) { return il.read(ctx, h.key) })
+	return holderWrite(ctx, il.cfg, "release", l.key,
+		func(ctx context.Context) (*dynamodb.UpdateItemOutput, error) {
+			cond := h.owns(l)
+			u := h.keepRoom(expression.Set(name(il.attrs.Write), value(releaseID)), pad)
+			if h.ticket > 0 {
+				var fc expression.ConditionBuilder
+				u, fc = h.releaseUpdate(u, l, handoff)
+				cond = expression.And(cond, fc)
+			} else {
+				u = il.unlock(u) // a lease of an old client's making: no ticket to pass on
+			}
+			e := expr(expression.NewBuilder().WithCondition(cond).WithUpdate(u))
+			return il.db.UpdateItem(ctx, conditionalUpdate(il.table, h.key, e, types.ReturnValueNone), noSDKRetry)
+		},
+		func(*dynamodb.UpdateItemOutput) error { return nil },
+		func(ctx context.Context) (item, error) { return il.read(ctx, h.key) },
+		func(_ context.Context, old item, uncertain bool) (bool, error) {
 			st := il.state(old, h.wid)
 			if st.write == releaseID || (uncertain && h.passedOn(l, st)) {
-				return nil // our earlier attempt released it
+				return false, nil // our earlier attempt released it
 			}
 			if h.ownsState(l, st) && flips < 4 {
 				flips++
 				h.next = st.next
 				handoff = h.handsOver()
 				pad = h.padding(0, h.passBytes(l, handoff))
-				continue
+				return true, nil
 			}
 			lerr := il.classifyOld("release", l, old)
 			if uncertain && errors.Is(lerr, ErrLeaseLost) {
 				lerr = &LeaseError{Op: "release", Key: l.key, LeaseID: l.id, Current: il.holderOf(old), Err: errLostUnknown}
 			}
-			return lerr
-		case errFatal:
-			if tooLarge(err) && pad > 0 {
+			return false, lerr
+		},
+		func(err error) (bool, error) {
+			switch {
+			case !tooLarge(err):
+				return false, nil
+			case pad > 0:
 				pad = 0
-				continue
+				return true, nil
 			}
-			if tooLarge(err) {
-				return h.tooLargeErr("release", 0, err)
-			}
-			return fmt.Errorf("lockcore: release %s: %w", l.key, err)
-		case errAmbiguous:
-			uncertain = true
-		}
-		if serr := sleep(ctx, bo.next()); serr != nil {
-			return fmt.Errorf("lockcore: release %s: %w (last error: %v)", l.key, serr, err)
-		}
-	}
+			return false, h.tooLargeErr("release", 0, err)
+		})
 }
 
 // itemBusy remembers, per item, when this client last found it busy: a take then joins

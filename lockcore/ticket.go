@@ -665,7 +665,7 @@ func (h *ticketHold) renew(ctx context.Context, l *Lease) error {
 		nil,
 		func(context.Context, item, bool) (bool, error) {
 			return false, &LeaseError{Op: "renew", Key: h.key, LeaseID: l.id, Err: ErrLeaseLost}
-		})
+		}, nil)
 }
 
 // release implements leaseOps: it serves the next ticket.
@@ -698,7 +698,7 @@ func (h *ticketHold) release(ctx context.Context, l *Lease) error {
 				return false, &LeaseError{Op: "release", Key: h.key, LeaseID: l.id, Err: errLostUnknown}
 			}
 			return false, &LeaseError{Op: "release", Key: h.key, LeaseID: l.id, Err: ErrLeaseLost}
-		})
+		}, nil)
 }
 
 // compactID is a waiter's entry id: 48 random bits in 8 characters. Every issued,
