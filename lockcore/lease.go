@@ -34,6 +34,13 @@ type Lease struct {
 	obsCtx                    context.Context // the acquiring call's context, for observer events
 	acquired                  time.Time       // when the caller got it (a Queue sets it at entry, under mu)
 
+	// WithBypass (bypass.go), set under mu: when the tenure began (the acquisition
+	// before any continuation), the hook that may keep the lease on Release, and
+	// whether it was acquired with data (never continued).
+	tenure  time.Time
+	park    func(context.Context, *Lease) bool
+	hasData bool
+
 	mu         sync.Mutex
 	validUntil time.Time     // local clock: start of the last successful acquire/renew + duration
 	renewFor   time.Duration // a renewal's validity when shorter than duration (0: duration)
@@ -201,6 +208,17 @@ func (l *Lease) renewsFor(d time.Duration) {
 // done under it may have overlapped another holder's) and ErrNotOwner when the lease
 // belongs to another owner.
 func (l *Lease) Release(ctx context.Context) error {
+	l.mu.Lock()
+	park := l.park
+	l.mu.Unlock()
+	if park != nil && park(ctx, l) {
+		return nil // kept for this client's next Acquire (WithBypass)
+	}
+	return l.releaseNow(ctx)
+}
+
+// releaseNow is Release without WithBypass: the lease is given up in the table.
+func (l *Lease) releaseNow(ctx context.Context) error {
 	l.stopHeartbeat()
 	l.mu.Lock()
 	if l.finished {

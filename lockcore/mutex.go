@@ -196,6 +196,11 @@ func (m *Mutex) Acquire(ctx context.Context, key string, opts ...AcquireOption) 
 	t0 := m.cfg.clock.Now()
 	var st acqStats
 	defer func() { m.cfg.acquired(ctx, StrategyMutex, key, ac.namespace, t0, st, lease, err) }()
+	pk := m.pk(key, ac.namespace)
+	if l := m.cfg.bypass.reenter(ctx, pk, ac); l != nil {
+		return l, nil
+	}
+	defer func() { m.cfg.bypass.bypassable(lease, pk, ac) }()
 	for {
 		h, row, sent, err := m.take(ctx, key, ac, t0, &st)
 		if err != nil {

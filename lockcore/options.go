@@ -91,6 +91,7 @@ type config struct {
 	seen        *observations
 	server      *serverClock
 	observer    Observer
+	bypass      *bypassLot // WithBypass (nil: off)
 
 	// Strategy options, refused by the other strategies.
 	strategyOnly map[string]Strategy // option field → the strategy it belongs to
@@ -278,6 +279,9 @@ func clientConfig(db DynamoDB, table string, s Strategy, opts []Option) (*config
 	c.strategy = s
 	if c.namesSet && s == StrategyItem {
 		return nil, invalidOption("WithTableAttributes", "applies to the lock table's strategies (Mutex, TicketLock, Queue), not to %s, which locks items of your own table", s)
+	}
+	if c.bypass != nil && s != StrategyMutex && s != StrategyTicket {
+		return nil, invalidOption("bypass", "applies to the Mutex and the TicketLock, not to %s", s)
 	}
 	for field, owner := range c.strategyOnly {
 		if owner != s {

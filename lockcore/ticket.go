@@ -248,6 +248,11 @@ func (t *TicketLock) Acquire(ctx context.Context, key string, opts ...AcquireOpt
 	start := t.cfg.clock.Now()
 	var st acqStats
 	defer func() { t.cfg.acquired(ctx, StrategyTicket, key, ac.namespace, start, st, lease, err) }()
+	pk := key + "\x00" + ac.namespace
+	if l := t.cfg.bypass.reenter(ctx, pk, ac); l != nil {
+		return l, nil
+	}
+	defer func() { t.cfg.bypass.bypassable(lease, pk, ac) }()
 	for {
 		h, row, sent, err := t.take(ctx, key, ac, start)
 		if err != nil {

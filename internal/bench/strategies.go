@@ -84,6 +84,14 @@ type TakeoverCase struct {
 	Mode *lockcore.TakeoverMode
 }
 
+// The bench's bounded-bypass setting (strategy mutex-bypass): a holder keeps the lock
+// for its own next acquisitions for at most BypassBound, and a released lease waits
+// BypassLinger for them.
+const (
+	BypassBound  = 100 * time.Millisecond
+	BypassLinger = 5 * time.Millisecond
+)
+
 // WallClockSkew is the skew allowance of the wall-clock takeover mode in the bench.
 const WallClockSkew = 100 * time.Millisecond
 
@@ -112,6 +120,18 @@ func Strategies() []Strategy {
 			Modes: lockcoreModes(),
 			New: func(env *Env, owner string, t Tuning) (Worker, error) {
 				m, err := lockcore.NewMutex(env.Lock, env.LockTable, lockcoreOptions(owner, t)...)
+				if err != nil {
+					return nil, err
+				}
+				return mutexWorker{m}, nil
+			},
+		},
+		{
+			Name: "mutex-bypass",
+			About: fmt.Sprintf("lockcore.Mutex with WithBypass(%s, %s): a releasing worker continues its lease without a call "+
+				"while its tenure is under the bound (bounded bypass, off by default)", BypassBound, BypassLinger),
+			New: func(env *Env, owner string, t Tuning) (Worker, error) {
+				m, err := lockcore.NewMutex(env.Lock, env.LockTable, append(lockcoreOptions(owner, t), lockcore.WithBypass(BypassBound, BypassLinger))...)
 				if err != nil {
 					return nil, err
 				}
