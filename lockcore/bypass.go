@@ -21,6 +21,12 @@ import (
 //
 // A continued lease is the same lease: the same lease id and the same fencing token as
 // the one released (the tenure goes on; tokens still grow from one tenure to the next).
+// A Release that keeps the lease renews it first, so it reports a lease lost (an
+// operator's ForceRelease, say) as a Release always does. A kept lease force-released
+// before its continuation is the ForceRelease exception, as for a holder force-released
+// in its critical section: it may be continued and works on until its heartbeat or its
+// next Release finds it lost — its token is below the next holder's, so fenced writes
+// stop it.
 // It is continued only when its Acquire asks for the same namespace and lease, with
 // no data, and when at least a quarter of its lease is left; otherwise the kept lease
 // is released and the Acquire takes the lock as usual. A lease that is not continued

@@ -196,6 +196,71 @@ func TestBypassContention(t *testing.T) {
 	}
 }
 
+// A Release that would keep the lease asks the table first: a lease an operator
+// force-released is reported lost, and not kept. A kept lease force-released before the
+// client's next Acquire is the documented exception (as a holder force-released in its
+// critical section works on until a write or heartbeat of its lease fails): it may be
+// continued, its fencing token is below the new holder's, and its Release reports it lost.
+func TestBypassForceRelease(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ctx := ctxT(t, time.Minute)
+	in := inspector(t, e)
+	for _, kind := range []string{"mutex", "ticket"} {
+		t.Run(kind, func(t *testing.T) {
+			st := lockcore.StrategyMutex
+			if kind == "ticket" {
+				st = lockcore.StrategyTicket
+			}
+			key := "bpforce-" + kind
+			force := func() {
+				t.Helper()
+				if _, err := in.ForceRelease(ctx, key, lockcore.ForceOptions{Strategy: st, Actor: "op", Reason: "test"}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			lk := newLocker(t, kind, e.db, e, fast("a", lockcore.WithBypass(time.Minute, time.Minute))...)
+			l, err := lk.Acquire(ctx, key)
+			if err != nil {
+				t.Fatal(err)
+			}
+			force()
+			if err := l.Release(ctx); !errors.Is(err, lockcore.ErrLeaseLost) {
+				t.Fatalf("Release of a force-released lease = %v, want ErrLeaseLost", err)
+			}
+			l2, err := lk.Acquire(ctx, key)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if l2.Token() <= l.Token() {
+				t.Fatalf("after a lost lease: token %d, want above %d (not continued)", l2.Token(), l.Token())
+			}
+			if err := l2.Release(ctx); err != nil { // kept
+				t.Fatal(err)
+			}
+			force()
+			other := newLocker(t, kind, e.db, e, fast("b")...)
+			lb, err := other.Acquire(ctx, key, lockcore.NoWait())
+			if err != nil {
+				t.Fatalf("after the force-release, another client's try: %v", err)
+			}
+			l3, err := lk.Acquire(ctx, key)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if l3.Token() >= lb.Token() {
+				t.Fatalf("continued lease's token %d, new holder's %d: fencing would not stop it", l3.Token(), lb.Token())
+			}
+			if err := l3.Release(ctx); !errors.Is(err, lockcore.ErrLeaseLost) {
+				t.Fatalf("Release of a continued force-released lease = %v, want ErrLeaseLost", err)
+			}
+			if err := lb.Release(ctx); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
 // WithBypass validates its bounds and the strategy it is given to.
 func TestBypassOptionErrors(t *testing.T) {
 	t.Parallel()

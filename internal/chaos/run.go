@@ -428,6 +428,7 @@ func (r *runner) worker(ctx context.Context, st string, w int, offset time.Durat
 	owner := fmt.Sprintf("%s-w%d", st, w)
 	s, err := newSession(r.proxyDB, sessionSpec{
 		Strategy: st, Owner: owner, Locks: r.locks, Data: r.data, Lease: r.cfg.Lease, Offset: offset, Heartbeat: true,
+		Bypass: st == StratMutex && w%2 == 1, // half the Mutex workers: lockcore.WithBypass
 	}, seed)
 	if err != nil {
 		r.stats.event(st, "session: "+err.Error())
@@ -494,6 +495,13 @@ func (r *runner) lockedOp(ctx context.Context, s *session, rng *mrand.Rand, clie
 		defer t.Stop()
 	}
 	h, err := s.acquire(acqCtx, keys, r.problem(st))
+	if err == nil && s.spec.Bypass {
+		if id := h.leases[0].ID(); id == s.lastLease {
+			r.stats.event(st, "lease continued (bypass)")
+		} else {
+			s.lastLease = id
+		}
+	}
 	if err != nil {
 		if ctx.Err() == nil {
 			r.stats.event(st, "acquire failed: "+errKind(err))
@@ -508,7 +516,7 @@ func (r *runner) lockedOp(ctx context.Context, s *session, rng *mrand.Rand, clie
 		entries = nil
 	}
 	for i, k := range keys {
-		e := r.mon.enter(partName(st, k), s.spec.Owner, int64(h.tokens[i]), h.leases[i].Remaining)
+		e := r.mon.enter(partName(st, k), h.leases[i].ID(), int64(h.tokens[i]), h.leases[i].Remaining)
 		if e == nil {
 			exit()
 			r.stats.event(st, "lease expired before the write")

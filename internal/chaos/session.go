@@ -44,6 +44,9 @@ type sessionSpec struct {
 	Lease     time.Duration `json:"lease"`
 	Offset    time.Duration `json:"offset"`    // clock offset (skewed client)
 	Heartbeat bool          `json:"heartbeat"` // automatic heartbeats (the queue and the ticket lock always have them)
+	// Bypass: lockcore.WithBypass(lease, lease/2), so that a worker's next critical
+	// section often continues its lease (Mutex workers only).
+	Bypass bool `json:"bypass,omitempty"`
 }
 
 // session is one client of one strategy: a worker, or a holder process.
@@ -56,6 +59,8 @@ type session struct {
 	item  *lockcore.ItemLocker
 	ver   *lockcore.Versioned
 	rng   *rand.Rand
+
+	lastLease string // the lease id of the last acquisition (Bypass: a continuation repeats it)
 }
 
 // offsetClock is a clock running a constant offset ahead (or behind).
@@ -72,6 +77,9 @@ func newSession(db *dynamodb.Client, spec sessionSpec, seed uint64) (*session, e
 	}
 	if spec.Offset != 0 {
 		opts = append(opts, lockcore.WithClock(offsetClock{spec.Offset}))
+	}
+	if spec.Bypass {
+		opts = append(opts, lockcore.WithBypass(spec.Lease, spec.Lease/2))
 	}
 	if !spec.Heartbeat && spec.Strategy != StratQueue && spec.Strategy != StratTicket {
 		opts = append(opts, lockcore.WithHeartbeat(0))
