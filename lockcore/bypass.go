@@ -9,7 +9,8 @@ import (
 // WithBypass trades strict arrival order for throughput, for a client that locks the
 // same key again and again (a worker looping over work for one key). Off by default.
 //
-// A lease this client releases is kept, still held in the table and renewed, for up to
+// A lease this client releases is renewed instead (one call, where a release and the
+// next acquisition cost two or more) and kept, still held in the table, for up to
 // linger; if this client's next Acquire of the same key comes meanwhile, it continues
 // the lease at once, without a DynamoDB call, instead of queueing behind the waiters.
 // A lease is kept only while its tenure — the time since the acquisition that first
@@ -27,7 +28,8 @@ import (
 // in its critical section: it may be continued and works on until its heartbeat or its
 // next Release finds it lost — its token is below the next holder's, so fenced writes
 // stop it.
-// It is continued only when its Acquire asks for the same namespace and lease, with
+//
+// A kept lease is continued only when its Acquire asks for the same namespace and lease, with
 // no data, and when at least a quarter of its lease is left; otherwise the kept lease
 // is released and the Acquire takes the lock as usual. A lease that is not continued
 // within linger is released by a background goroutine, so a process that stops right
