@@ -552,3 +552,40 @@ func TestEvaluateFanOut(t *testing.T) {
 		}
 	}
 }
+
+func TestEvaluateAWSClient(t *testing.T) {
+	r := &Results{Params: Params{RTTs: []float64{0, 5}, TargetRTTms: 5}}
+	rec := func(s string, rtt float64, n int, cs, calls float64) Record {
+		return Record{Strategy: s, Scenario: ScenarioHotKey, RTTms: rtt, Workers: n, CSPerSec: fp(cs), CallsPerCS: fp(calls),
+			Baseline: s == AWSLockClient}
+	}
+	r.Records = []Record{
+		rec(AWSLockClient, 0, 16, 120, 3.2),
+		rec("mutex", 0, 16, 100, 6),
+		rec(BypassStrategy, 0, 16, 200, 1.3),
+		rec("ticket", 0, 16, 90, 3.1),
+		rec(AWSLockClient, 5, 4, 20, 3),
+		rec("mutex", 5, 4, 19, 5),
+	}
+	r.Evaluate(5, 3*time.Second)
+	got := map[string]bool{}
+	for _, tg := range r.Targets {
+		got[fmt.Sprintf("%s/%s/%g/%d", tg.Name, tg.Strategy, tg.RTTms, tg.Workers)] = tg.Pass
+	}
+	want := map[string]bool{
+		"vs AWS lock client: CS/s, best lockcore ÷ client/mutex-bypass/0/16": true,
+		"vs AWS lock client: lock calls per CS (client's)/mutex/0/16":        false,
+		"vs AWS lock client: lock calls per CS (client's)/ticket/0/16":       true,
+		"vs AWS lock client: CS/s, best lockcore ÷ client/mutex/5/4":         false,
+	}
+	for k, v := range want {
+		if p, ok := got[k]; !ok || p != v {
+			t.Errorf("target %s: pass = %v (present %v), want %v", k, p, ok, v)
+		}
+	}
+	for k := range got {
+		if strings.Contains(k, "calls per CS") && strings.HasSuffix(k, "/4") {
+			t.Errorf("calls target at 4 workers: %s", k)
+		}
+	}
+}

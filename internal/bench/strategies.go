@@ -127,7 +127,7 @@ func Strategies() []Strategy {
 			},
 		},
 		{
-			Name: "mutex-bypass",
+			Name: BypassStrategy,
 			About: fmt.Sprintf("lockcore.Mutex with WithBypass(%s, %s): a releasing worker continues its lease without a call "+
 				"while its tenure is under the bound (bounded bypass, off by default)", BypassBound, BypassLinger),
 			New: func(env *Env, owner string, t Tuning) (Worker, error) {
