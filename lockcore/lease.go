@@ -206,7 +206,8 @@ func (l *Lease) renewsFor(d time.Duration) {
 // Release gives the lease up and stops its heartbeat. Releasing twice is harmless. It
 // returns an error matching ErrLeaseLost when the lease had already been lost (the work
 // done under it may have overlapped another holder's) and ErrNotOwner when the lease
-// belongs to another owner.
+// belongs to another owner. With WithBypass it may renew the lease instead and keep it
+// for this client's next Acquire of the key (the handle is done all the same).
 func (l *Lease) Release(ctx context.Context) error {
 	l.mu.Lock()
 	park := l.park
