@@ -140,6 +140,12 @@ type simServerTime struct{}
 
 var hookOnce sync.Once
 
+// simJitter is the seeded source of lockcore's backoff jitter during a run (nil: none).
+var simJitter struct {
+	sync.Mutex
+	rng *rand.Rand
+}
+
 // simRunMu keeps runs apart: jitterN is one package variable.
 var simRunMu sync.Mutex
 
@@ -254,6 +260,17 @@ func runSim(t *testing.T, seed uint64) (res simResult) {
 	simRunMu.Lock()
 	defer simRunMu.Unlock()
 	hookOnce.Do(func() {
+		// Installed once, not per run: a kept lease's release (WithBypass) may still run
+		// in the bubble when the run's deferred calls do, and a per-run write of
+		// jitterN raced with its read.
+		jitterN = func(n int64) int64 {
+			simJitter.Lock()
+			defer simJitter.Unlock()
+			if simJitter.rng == nil {
+				return rand.Int64N(n)
+			}
+			return simJitter.rng.Int64N(n)
+		}
 		serverTimeOf = func(md middleware.Metadata) (time.Time, bool) {
 			if v, ok := md.Get(simServerTime{}).(time.Time); ok {
 				return v, true
@@ -267,15 +284,14 @@ func runSim(t *testing.T, seed uint64) (res simResult) {
 		cryptotest.SetGlobalRandom(t, seed)
 		synctest.Test(t, func(t *testing.T) {
 			r := newSimRun(t, seed, run)
-			jrng := rand.New(rand.NewPCG(seed, 3))
-			var jmu sync.Mutex
-			old := jitterN
-			jitterN = func(n int64) int64 {
-				jmu.Lock()
-				defer jmu.Unlock()
-				return jrng.Int64N(n)
-			}
-			defer func() { jitterN = old }()
+			simJitter.Lock()
+			simJitter.rng = rand.New(rand.NewPCG(seed, 3))
+			simJitter.Unlock()
+			defer func() {
+				simJitter.Lock()
+				simJitter.rng = nil
+				simJitter.Unlock()
+			}()
 			r.play()
 			r.mu.Lock() // a late write's goroutine may have run after the end
 			defer r.mu.Unlock()
