@@ -125,20 +125,24 @@ func (b *bypassLot) park(ctx context.Context, pk string, l *Lease) bool {
 	b.parked[pk] = p
 	p.timer = time.AfterFunc(b.linger, func() {
 		if b.remove(pk, p) {
-			ctx, cancel := context.WithTimeout(context.Background(), c.duration)
-			_ = c.releaseNow(ctx)
-			cancel()
+			releaseKept(context.Background(), c)
 		}
 	})
 	b.mu.Unlock()
 	if old != nil && old.timer.Stop() {
-		// Another lease of the same lock kept before (a lease attached to it, released
-		// too): it cannot be ours to continue twice.
-		ctx, cancel := context.WithTimeout(context.Background(), old.l.duration)
-		_ = old.l.releaseNow(ctx)
-		cancel()
+		// Another lease of the same lock kept before (a kept lease force-released and
+		// continued while another acquisition of this client took the lock anew, both
+		// released since): only one is kept.
+		releaseKept(context.Background(), old.l)
 	}
 	return true
+}
+
+// releaseKept releases a kept lease in the table, on a context of its own (detached).
+func releaseKept(ctx context.Context, l *Lease) {
+	rctx, cancel := detached(ctx)
+	defer cancel()
+	_ = l.releaseNow(rctx)
 }
 
 // remove takes p out of the lot if it is still there.
@@ -177,9 +181,7 @@ func (b *bypassLot) reenter(ctx context.Context, pk string, ac *acquireConfig) *
 	}
 	c.mu.Unlock()
 	if !ok {
-		rctx, cancel := detached(ctx)
-		_ = c.releaseNow(rctx)
-		cancel()
+		releaseKept(ctx, c)
 		return nil
 	}
 	c.observer, c.obsCtx = p.obs, nil
