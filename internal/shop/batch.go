@@ -74,9 +74,10 @@ type batchJob struct {
 //     (all at once), a patient one in canonical order waiting for each (so two leaders
 //     never wait for each other) — and, without waiting, the stock items the orders
 //     recorded by other invocations need besides. Meanwhile it reads the order items of
-//     the orders it may decide (an eventually consistent BatchGetItem): an order decided
-//     already (a late copy, a record left on an item its decider did not hold) is not
-//     decided again. It decides every order recorded on the items it holds whose lines
+//     the orders that need no stock item but the home one, and then those of the other
+//     orders it holds every stock item of (eventually consistent BatchGetItems; an order
+//     it cannot decide is not read): an order decided already (a late copy, a record
+//     left on an item its decider did not hold) is not decided again. It decides every order recorded on the items it holds whose lines
 //     it holds, and its own, oldest record first, against the stock its locking reads
 //     returned, in one transaction (more only past DynamoDB's 100 items): each order's
 //     item (its decision, conditioned on the order not being decided yet), and per stock
@@ -523,13 +524,14 @@ func (g *groupRun) lead(ctx, hbCtx context.Context, stopHB func(), group []*batc
 	var blocked string
 	var blockErr error
 	own := groupSKUs(group)[1:]
-	// The order items of the orders it may decide — its own, and those recorded on the home
-	// item that need no stock item but its group's and those it will try — read while it
-	// takes the other stock items (one eventually consistent BatchGetItem): decided ones
-	// are not decided again.
-	ext := s.extension(holds, own...)
+	// The order items of the orders it will decide whatever else it takes — its own and
+	// those recorded on the home item that need no other stock item — read while it takes
+	// the others (one eventually consistent BatchGetItem): decided ones are not decided
+	// again. Those that need more are read once the takes show which of them it holds
+	// (decideHeld): most orders that need another hot SKU are not decided by this holder,
+	// and a read of an order it does not decide is paid again by the one that does.
 	var pre preRead
-	pre.start(ctx, s, append(fitting(home.entries, home.sku, own, ext), jobOrders(group)...))
+	pre.start(ctx, s, onlyOn(append(fitting(home.entries, home.sku), jobOrders(group)...), home.sku))
 	// Its own in canonical order: a patient leader waits for each, an impatient one for
 	// none (it stops at the first held and decides what it can).
 	for _, sku := range own {
@@ -591,17 +593,16 @@ func (g *groupRun) lead(ctx, hbCtx context.Context, stopHB func(), group []*batc
 }
 
 // extension returns the stock items (at most maxExtend) that the orders recorded on
-// the held items need besides, and those of also (the leader's own, taken with them): each
-// one taken lets the holder decide more of them, and its own records too. An order that
+// the held items need besides: each one taken lets the holder decide more of them. An order that
 // needs an item this container found held lately is left to its own leader: a take
 // refused costs a write for nothing.
-func (s *Service) extension(holds map[string]*stockHold, also ...string) []string {
+func (s *Service) extension(holds map[string]*stockHold) []string {
 	var need []string
 	for _, sku := range slices.Sorted(maps.Keys(holds)) {
 		for _, e := range holds[sku].entries {
 			var missing []string
 			for _, l := range e.Lines {
-				if holds[l.SKU] == nil && !slices.Contains(also, l.SKU) {
+				if holds[l.SKU] == nil {
 					missing = append(missing, l.SKU)
 				}
 			}
@@ -677,6 +678,13 @@ func (p *preRead) wait() orderReads {
 type orderReads struct {
 	ids  []string
 	recs map[string]orderRecord
+}
+
+// onlyOn returns the orders whose lines are all on sku.
+func onlyOn(orders []Order, sku string) []Order {
+	return slices.DeleteFunc(orders, func(o Order) bool {
+		return slices.ContainsFunc(o.Lines, func(l Line) bool { return l.SKU != sku })
+	})
 }
 
 // fitting returns the orders of es whose lines are all on home or in skus.
