@@ -43,3 +43,11 @@ func WithEntryIDs(ids ...string) Option {
 func WithWaitRoomHook(f func(key string)) Option {
 	return func(c *config) error { c.hooks.waitRoom = f; return nil }
 }
+
+// HoldsKnown is how many locks an ItemLocker remembers a hold time for (its pacing: the
+// turn its waiters plan with).
+func HoldsKnown(il *ItemLocker) int {
+	il.pacing.mu.Lock()
+	defer il.pacing.mu.Unlock()
+	return len(il.pacing.hold)
+}

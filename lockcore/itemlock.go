@@ -715,6 +715,7 @@ func (il *ItemLocker) write(ctx context.Context, lease *ItemLease, update expres
 		return nil, err
 	}
 	if release {
+		h.heldFor()
 		h.learnTicket(ctx, l)
 	}
 	if !w.known {
