@@ -101,6 +101,7 @@ func TestReleaseAfterLocalExpiryFreesTheLock(t *testing.T) {
 	}
 	for _, lk := range lockers {
 		t.Run(lk.name, func(t *testing.T) {
+			t.Parallel() // each on a key of its own, through a writer of its own
 			ctx := ctxT(t, 60*time.Second)
 			w := &throttleWrites{DynamoDB: e.db}
 			a, err := lk.acquire(ctx, w, "a")
