@@ -10,9 +10,9 @@ import (
 )
 
 // Every way an ItemLocker tenure ends by its holder records the hold time its waiters
-// plan their reads with. UpdateAndRelease — the locking read's usual end — did not, and
-// its clients' waiters read in the dark: 16 of them passed a 15 s-lease lock at 9
-// sections/s with 27 reads each, against 74/s and 10 reads once it did.
+// plan their reads with — UpdateAndRelease, the locking read's usual end, included:
+// without it 16 clients passed a 15 s-lease item eight times more slowly, each waiter
+// reading three times as often.
 func TestItemReleaseRecordsHoldTime(t *testing.T) {
 	for _, tc := range []struct {
 		name    string

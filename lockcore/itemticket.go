@@ -513,11 +513,9 @@ func (h *itemHold) renew(ctx context.Context, l *Lease) error {
 }
 
 // heldFor records how long this tenure held the item, at its release (Release or
-// UpdateAndRelease): this client's waiters plan their reads with it (pacing.turn).
-// Without it they plan with nothing, read in the dark, and a served waiter asleep on a
-// long plan leaves the lock idle: 16 ItemLocker clients that release by UpdateAndRelease
-// with a 15 s lease passed the lock at 9 sections/s, with 27 reads each, against 44/s
-// with a 3 s lease, before it was recorded on that path too.
+// UpdateAndRelease, both): this client's waiters plan their reads with it (pacing.turn).
+// Without it they plan with no turn at all, and a waiter served while asleep on a long
+// plan (up to a tenth of the lease) leaves the item idle.
 func (h *itemHold) heldFor() {
 	if !h.since.IsZero() {
 		h.il.pacing.held(h.il.pacingKey(h.label), h.il.cfg.clock.Now().Sub(h.since))

@@ -77,8 +77,9 @@ type batchJob struct {
 //     the orders that need no stock item but the home one, and then those of the other
 //     orders it holds every stock item of (eventually consistent BatchGetItems; an order
 //     it cannot decide is not read): an order decided already (a late copy, a record
-//     left on an item its decider did not hold) is not decided again. It decides every order recorded on the items it holds whose lines
-//     it holds, and its own, oldest record first, against the stock its locking reads
+//     left on an item its decider did not hold) is not decided again. It decides every
+//     order recorded on the items it holds whose lines it holds, and its own, oldest
+//     record first, against the stock its locking reads
 //     returned, in one transaction (more only past DynamoDB's 100 items): each order's
 //     item (its decision, conditioned on the order not being decided yet), and per stock
 //     item the units moved from available to reserved (conditioned on enough being
@@ -593,9 +594,9 @@ func (g *groupRun) lead(ctx, hbCtx context.Context, stopHB func(), group []*batc
 }
 
 // extension returns the stock items (at most maxExtend) that the orders recorded on
-// the held items need besides: each one taken lets the holder decide more of them. An order that
-// needs an item this container found held lately is left to its own leader: a take
-// refused costs a write for nothing.
+// the held items need besides: each one taken lets the holder decide more of them. An
+// order that needs an item this container found held lately is left to its own leader: a
+// take refused costs a write for nothing.
 func (s *Service) extension(holds map[string]*stockHold) []string {
 	var need []string
 	for _, sku := range slices.Sorted(maps.Keys(holds)) {
