@@ -2,6 +2,7 @@ package shop_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"sync"
@@ -10,9 +11,11 @@ import (
 
 	awsmiddleware "github.com/aws/aws-sdk-go-v2/aws/middleware"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/aws/smithy-go/middleware"
 
 	"github.com/turnstile-locks/turnstile/internal/shop"
+	"github.com/turnstile-locks/turnstile/lockcore"
 )
 
 type opCounter struct {
@@ -142,4 +145,68 @@ func TestApplyAdjustmentUncontendedCost(t *testing.T) {
 		t.Errorf("transaction items %v, want one transaction of 2", items)
 	}
 	wantStock(t, svc, "A", 7, 0)
+}
+
+// TestLeaderReadsOnlyOrdersItDecides pins what a leader reads before deciding: the order
+// items (an eventually consistent BatchGetItem, the guard against deciding twice) of the
+// orders it will decide, never of one whose other stock item it could not take — that
+// read would be paid again by whichever holder decides the order. Here X is held
+// elsewhere, so the order that needs HOT and X is led (HOT is free) but never decided.
+func TestLeaderReadsOnlyOrdersItDecides(t *testing.T) {
+	e := newEnv(t)
+	var mu sync.Mutex
+	read := map[string]int{} // order id -> eventually consistent reads of its item
+	e.db = dynamodb.New(e.db.Options(), func(o *dynamodb.Options) {
+		o.APIOptions = append(o.APIOptions, func(st *middleware.Stack) error {
+			return st.Initialize.Add(middleware.InitializeMiddlewareFunc("keys", func(ctx context.Context, in middleware.InitializeInput, next middleware.InitializeHandler) (middleware.InitializeOutput, middleware.Metadata, error) {
+				if p, ok := in.Parameters.(*dynamodb.BatchGetItemInput); ok {
+					mu.Lock()
+					for _, ka := range p.RequestItems {
+						if ka.ConsistentRead == nil || !*ka.ConsistentRead {
+							for _, k := range ka.Keys {
+								if v, ok := k["orderId"].(*types.AttributeValueMemberS); ok {
+									read[v.Value]++
+								}
+							}
+						}
+					}
+					mu.Unlock()
+				}
+				return next.HandleInitialize(ctx, in)
+			}), middleware.After)
+		})
+	})
+	svc := e.service(t, "leader")
+	seed(t, svc, map[string]int{"HOT": 10, "X": 10})
+	other, err := lockcore.NewItemLocker(e.db, e.t.Inventory, lockcore.WithOwner("other"), lockcore.WithLease(10*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	x, err := other.Acquire(ctxT(t, 5*time.Second), map[string]types.AttributeValue{
+		"pk": &types.AttributeValueMemberS{Value: "SKU#X"}, "sk": &types.AttributeValueMemberS{Value: "STOCK"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer x.Release(context.Background())
+
+	res := svc.ProcessOrders(ctxT(t, 10*time.Second), []shop.Order{
+		{OrderID: "needs-x", CustomerID: "c", Lines: []shop.Line{{SKU: "HOT", Qty: 1}, {SKU: "X", Qty: 1}}},
+	})
+	if !errors.Is(res[0].Err, shop.ErrBusy) {
+		t.Fatalf("needs-x: %+v, %v; want ErrBusy (X is held elsewhere)", res[0].Outcome, res[0].Err)
+	}
+	res = svc.ProcessOrders(ctxT(t, 10*time.Second), []shop.Order{
+		{OrderID: "hot-only", CustomerID: "c", Lines: []shop.Line{{SKU: "HOT", Qty: 1}}},
+	})
+	if res[0].Err != nil || res[0].Outcome.Status != shop.StatusReserved {
+		t.Fatalf("hot-only: %+v, %v", res[0].Outcome, res[0].Err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if read["needs-x"] != 0 {
+		t.Errorf("needs-x's item read %d times before a decision no holder of HOT could make, want 0", read["needs-x"])
+	}
+	if read["hot-only"] != 1 {
+		t.Errorf("hot-only's item read %d times before its decision, want 1", read["hot-only"])
+	}
 }
