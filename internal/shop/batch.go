@@ -79,9 +79,9 @@ type batchJob struct {
 //     it cannot decide is not read): an order decided already (a late copy, a record
 //     left on an item its decider did not hold) is not decided again. It decides every
 //     order recorded on the items it holds whose lines it holds, and its own, oldest
-//     record first, against the stock its locking reads
-//     returned, in one transaction (more only past DynamoDB's 100 items): each order's
-//     item (its decision, conditioned on the order not being decided yet), and per stock
+//     record first, against the stock its locking reads returned, in one transaction
+//     (more only past DynamoDB's 100 items): each order's item (its decision,
+//     conditioned on the order not being decided yet), and per stock
 //     item the units moved from available to reserved (conditioned on enough being
 //     available), the decided orders' records replaced by decision markers, the markers
 //     of the holder before removed, and the lock released (its holder attributes
@@ -531,8 +531,12 @@ func (g *groupRun) lead(ctx, hbCtx context.Context, stopHB func(), group []*batc
 	// again. Those that need more are read once the takes show which of them it holds
 	// (decideHeld): most orders that need another hot SKU are not decided by this holder,
 	// and a read of an order it does not decide is paid again by the one that does.
+	var first []Order
+	for _, e := range home.entries {
+		first = append(first, e.Order)
+	}
 	var pre preRead
-	pre.start(ctx, s, onlyOn(append(fitting(home.entries, home.sku), jobOrders(group)...), home.sku))
+	pre.start(ctx, s, onlyOn(append(first, jobOrders(group)...), home.sku))
 	// Its own in canonical order: a patient leader waits for each, an impatient one for
 	// none (it stops at the first held and decides what it can).
 	for _, sku := range own {
@@ -686,19 +690,6 @@ func onlyOn(orders []Order, sku string) []Order {
 	return slices.DeleteFunc(orders, func(o Order) bool {
 		return slices.ContainsFunc(o.Lines, func(l Line) bool { return l.SKU != sku })
 	})
-}
-
-// fitting returns the orders of es whose lines are all on home or in skus.
-func fitting(es []pendingEntry, home string, skus ...[]string) []Order {
-	var out []Order
-	for _, e := range es {
-		if !slices.ContainsFunc(e.Lines, func(l Line) bool {
-			return l.SKU != home && !slices.ContainsFunc(skus, func(ss []string) bool { return slices.Contains(ss, l.SKU) })
-		}) {
-			out = append(out, e.Order)
-		}
-	}
-	return out
 }
 
 // decision is what decideHeld did with one order.
