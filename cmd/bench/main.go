@@ -341,7 +341,7 @@ func run(ctx context.Context, cfg *config) (err error) {
 		res.Records = append(res.Records, recs...)
 	}
 	if cfg.scenarios[bench.ScenarioBurst] {
-		recs, err := bursts(ctx, r, cfg, paths)
+		recs, err := bursts(ctx, r, cfg, res, paths)
 		if err != nil {
 			return err
 		}
@@ -513,7 +513,7 @@ func takeovers(ctx context.Context, r *bench.Runner, cfg *config, paths []bench.
 // bursts runs every strategy of a path at once: they measure safety, not speed, and the
 // extra load only widens the race windows they probe. Paths run one after the other (with
 // -quick only the path of the target RTT runs).
-func bursts(ctx context.Context, r *bench.Runner, cfg *config, paths []bench.Path) ([]bench.Record, error) {
+func bursts(ctx context.Context, r *bench.Runner, cfg *config, res *bench.Results, paths []bench.Path) ([]bench.Record, error) {
 	if cfg.quick {
 		var keep []bench.Path
 		for _, p := range paths {
@@ -525,15 +525,17 @@ func bursts(ctx context.Context, r *bench.Runner, cfg *config, paths []bench.Pat
 			paths = keep
 		}
 	}
-	var strategies []bench.Strategy
+	var strategies, peers []bench.Strategy
 	for _, s := range cfg.strategies {
-		if s.Peer == nil { // hot key only
+		if s.Peer == nil {
 			strategies = append(strategies, s)
+		} else {
+			peers = append(peers, s)
 		}
 	}
 	var all []bench.Record
 	for _, p := range paths {
-		logf("burst +%s: %d workers × %d rounds on fresh keys (all strategies in parallel) ...", p.RTT, cfg.burstWorkers, cfg.burstRounds)
+		logf("burst +%s: %d workers × %d rounds on fresh keys (all lockcore strategies in parallel) ...", p.RTT, cfg.burstWorkers, cfg.burstRounds)
 		recs := make([]bench.Record, len(strategies))
 		errs := make([]error, len(strategies))
 		var wg sync.WaitGroup
@@ -548,9 +550,40 @@ func bursts(ctx context.Context, r *bench.Runner, cfg *config, paths []bench.Pat
 		if err := errors.Join(errs...); err != nil {
 			return nil, err
 		}
+		// A peer runs alone, after them (its rounds take seconds each: its waiters poll
+		// once a second), and so, for the comparison of round times, do the fair
+		// strategies it is held to.
+		for _, s := range strategies {
+			if len(peers) == 0 || !slices.Contains(bench.AWSClientFair, s.Name) {
+				continue
+			}
+			rec, err := r.Burst(ctx, s, p, cfg.burstWorkers, cfg.burstRounds)
+			if err != nil {
+				return nil, err
+			}
+			rec.Alone = true
+			recs = append(recs, rec)
+		}
+		for _, s := range peers {
+			logf("burst +%s: %s, %d workers × %d rounds ...", p.RTT, s.Name, cfg.burstWorkers, min(cfg.burstRounds, bench.AWSPeerBurstRounds))
+			rec, err := r.Burst(ctx, s, p, cfg.burstWorkers, cfg.burstRounds)
+			if err != nil && ctx.Err() == nil {
+				reason := fmt.Sprintf("burst +%s failed: %v", p.RTT, err)
+				res.Skipped = append(res.Skipped, bench.Skipped{Strategy: s.Name, Reason: reason})
+				logf("burst %-22s NOT MEASURED: %s", s.Name, reason)
+				continue
+			}
+			if err != nil {
+				return nil, err
+			}
+			recs = append(recs, rec)
+		}
 		for _, rec := range recs {
-			logf("burst %-22s +%gms double holders %s, lost %s (%.1fs)", rec.Strategy, rec.RTTms,
-				fmtI(rec.DoubleHolders), fmtI(rec.LostUpdates), rec.DurationS)
+			if rec.Alone {
+				rec.Strategy += " (alone)"
+			}
+			logf("burst %-22s +%gms double holders %s, lost %s, round %s ms (%.1fs)", rec.Strategy, rec.RTTms,
+				fmtI(rec.DoubleHolders), fmtI(rec.LostUpdates), fmtp(rec.RoundMs), rec.DurationS)
 		}
 		all = append(all, recs...)
 	}

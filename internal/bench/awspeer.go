@@ -236,7 +236,7 @@ func tailLines(b []byte, n int) string {
 	return strings.Join(lines, "\n")
 }
 
-// PeerRun is one hot-key run of the peer.
+// PeerRun is one run of the peer: hot key (Duration after Warmup), or a burst (Rounds).
 type PeerRun struct {
 	Endpoint  string // the engine's or the delay proxy's URL
 	LockTable string
@@ -247,6 +247,10 @@ type PeerRun struct {
 	Warmup    time.Duration // unmeasured start of the run
 	Duration  time.Duration // the measured window
 	Settings  PeerSettings
+	// Burst runs the burst scenario instead: Rounds fresh keys (<Key>-<round>), on each
+	// the Workers released at once, one critical section each.
+	Burst  bool
+	Rounds int
 }
 
 // PeerUsage is a snapshot of the peer's interceptor counters (as Usage and ByOp).
@@ -291,7 +295,16 @@ type PeerResult struct {
 	SlowestCallNs     int64        `json:"slowest_call_ns"`
 	SlowCalls         int64        `json:"slow_calls"`
 	Workers           []PeerWorker `json:"workers"`
+	Rounds            []PeerRound  `json:"rounds"` // burst
 	ErrorSample       string       `json:"error_sample"`
+}
+
+// PeerRound is one round of a burst.
+type PeerRound struct {
+	Ns     int64   `json:"ns"`      // the workers' release to the last one done
+	Done   int64   `json:"done"`    // critical sections completed
+	Errors int64   `json:"errors"`  // failed acquireLock, critical sections or releaseLock
+	WaitNs []int64 `json:"wait_ns"` // each worker's acquireLock (0: failed)
 }
 
 // Implementation describes what ran, for the report.
@@ -302,6 +315,9 @@ func (r *PeerResult) Implementation() string {
 		time.Duration(r.HeartbeatMs)*time.Millisecond, time.Duration(r.RefreshMs)*time.Millisecond)
 }
 
+// PeerRoundDeadline bounds one round of a peer's burst (the peer's own deadline).
+const PeerRoundDeadline = 5 * time.Minute
+
 // PeerStartSlack bounds the peer's start (JVM, SDK, warm-up cycles) and stop beyond the
 // run itself.
 const PeerStartSlack = 2 * time.Minute
@@ -309,7 +325,11 @@ const PeerStartSlack = 2 * time.Minute
 // Run runs the peer once and returns its result. stderr (the JVM's and the libraries'
 // logs) is kept only for the error.
 func (p *AWSPeer) Run(ctx context.Context, pr PeerRun) (*PeerResult, error) {
-	ctx, cancel := context.WithTimeout(ctx, pr.Warmup+pr.Duration+PeerStartSlack)
+	limit := pr.Warmup + pr.Duration + PeerStartSlack
+	if pr.Burst {
+		limit = time.Duration(pr.Rounds)*PeerRoundDeadline + PeerStartSlack
+	}
+	ctx, cancel := context.WithTimeout(ctx, limit)
 	defer cancel()
 	ms := func(d time.Duration) string { return strconv.FormatInt(d.Milliseconds(), 10) }
 	args := []string{"-cp", p.classpath, AWSPeerMainClass,
@@ -318,6 +338,9 @@ func (p *AWSPeer) Run(ctx context.Context, pr PeerRun) (*PeerResult, error) {
 		"--warmup-ms=" + ms(pr.Warmup), "--duration-ms=" + ms(pr.Duration),
 		"--lease-ms=" + ms(pr.Settings.Lease), "--heartbeat-ms=" + ms(pr.Settings.Heartbeat),
 		"--refresh-ms=" + ms(pr.Settings.Refresh)}
+	if pr.Burst {
+		args = append(args, "--mode=burst", "--rounds="+strconv.Itoa(pr.Rounds))
+	}
 	var stdout, stderr bytes.Buffer
 	cmd := exec.CommandContext(ctx, "java", args...)
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
@@ -330,7 +353,10 @@ func (p *AWSPeer) Run(ctx context.Context, pr PeerRun) (*PeerResult, error) {
 		return nil, fmt.Errorf("awspeer: result line: %w\nstdout: %s\nstderr: %s", err,
 			tailLines(stdout.Bytes(), 5), tailLines(stderr.Bytes(), 30))
 	}
-	if len(res.Workers) != pr.Workers {
+	switch {
+	case pr.Burst && len(res.Rounds) != pr.Rounds:
+		return nil, fmt.Errorf("awspeer: result has %d rounds, want %d", len(res.Rounds), pr.Rounds)
+	case !pr.Burst && len(res.Workers) != pr.Workers:
 		return nil, fmt.Errorf("awspeer: result has %d workers, want %d", len(res.Workers), pr.Workers)
 	}
 	return &res, nil
@@ -399,5 +425,70 @@ func (r *Runner) peerHotKey(ctx context.Context, s Strategy, p Path, n int, d ti
 	})
 	rec.ErrorSample = res.ErrorSample
 	rec.Implementation = res.Implementation()
+	return rec, nil
+}
+
+// AWSPeerBurstRounds is how many burst rounds the peer runs at most: a round of the AWS
+// client takes seconds (its waiters poll once a second), so the lockcore strategies' 20
+// rounds would take minutes per path.
+const AWSPeerBurstRounds = 3
+
+// peerBurst is Burst for a peer strategy: the same rounds on fresh keys (at most
+// AWSPeerBurstRounds), the same counter check and figures.
+func (r *Runner) peerBurst(ctx context.Context, s Strategy, p Path, n, rounds int) (Record, error) {
+	rounds = min(rounds, AWSPeerBurstRounds)
+	rec := Record{Strategy: s.Name, Scenario: ScenarioBurst, RTTms: ms(p.RTT), Workers: n, Baseline: s.Baseline, Rounds: rounds, Alone: true}
+	if r.AWSPeer == nil {
+		return rec, errors.New(s.Name + ": the AWS lock client peer is not built (EnsureAWSPeer)")
+	}
+	if p.Endpoint == "" {
+		return rec, errors.New(s.Name + ": the path has no endpoint for the peer")
+	}
+	env := r.env(p)
+	key := r.key("burst")
+	t0 := time.Now()
+	res, err := r.AWSPeer.Run(ctx, PeerRun{
+		Endpoint: p.Endpoint, LockTable: r.LockTable, DataTable: r.DataTable, Key: key,
+		Owner: "awspeer-" + r.RunID, Workers: n, Duration: time.Millisecond, Settings: *s.Peer,
+		Burst: true, Rounds: rounds,
+	})
+	if err != nil {
+		return rec, fmt.Errorf("%s: %w", s.Name, err)
+	}
+	var done, errs, lost int64
+	var maxWait time.Duration
+	var times []time.Duration
+	for i, rd := range res.Rounds {
+		got, err := ReadCounter(context.WithoutCancel(ctx), env.Data.Next, r.DataTable, fmt.Sprintf("%s-%d", key, i))
+		if err != nil {
+			return rec, err
+		}
+		done += rd.Done
+		errs += rd.Errors
+		lost += rd.Done - got
+		times = append(times, time.Duration(rd.Ns))
+		for _, w := range rd.WaitNs {
+			maxWait = max(maxWait, time.Duration(w))
+		}
+	}
+	if done > 0 {
+		u := res.LockEnd.usage().Sub(res.LockStart.usage())
+		c := float64(done)
+		rec.CallsPerCS = fp(float64(u.Calls) / c)
+		rec.WCUPerCS = fp(u.WCU / c)
+		rec.RCUPerCS = fp(u.RCU / c)
+		rec.LockCUPerCS = fp(u.LockCU() / c)
+	}
+	rec.DoubleHolders = i64p(res.DoubleHolders)
+	rec.MaxWaitMs = fp(ms(maxWait))
+	rec.LostUpdates = i64p(lost)
+	rec.Completions = done
+	rec.Errors = errs
+	rec.ErrorSample = res.ErrorSample
+	rec.DurationS = time.Since(t0).Seconds()
+	rec.SlowestCallMs = ms(time.Duration(res.SlowestCallNs))
+	rec.SlowCalls = res.SlowCalls
+	rec.Implementation = res.Implementation()
+	roundStats(&rec, times)
 	return rec, nil
 }

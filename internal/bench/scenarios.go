@@ -512,6 +512,9 @@ func summarize(rec *Record, lr loopResult) {
 // Burst releases n workers at once on a fresh key, rounds times; each does one critical
 // section. It counts critical sections entered while another holder was inside.
 func (r *Runner) Burst(ctx context.Context, s Strategy, p Path, n, rounds int) (Record, error) {
+	if s.Peer != nil {
+		return r.peerBurst(ctx, s, p, n, rounds)
+	}
 	rec := Record{Strategy: s.Name, Scenario: ScenarioBurst, RTTms: ms(p.RTT), Workers: n, Baseline: s.Baseline, Rounds: rounds}
 	env := r.env(p)
 	ws, err := newWorkers(s, env, "b", n, Tuning{})
@@ -521,7 +524,7 @@ func (r *Runner) Burst(ctx context.Context, s Strategy, p Path, n, rounds int) (
 	_, optimistic := ws[0].(Optimist)
 	var ov Overlap
 	var lost, done, errs atomic.Int64
-	var waits []time.Duration
+	var waits, roundTimes []time.Duration
 	var mu sync.Mutex
 	t0 := time.Now()
 	for range rounds {
@@ -568,8 +571,10 @@ func (r *Runner) Burst(ctx context.Context, s Strategy, p Path, n, rounds int) (
 				}
 			}()
 		}
+		r0 := time.Now()
 		close(gate)
 		wg.Wait()
+		roundTimes = append(roundTimes, time.Since(r0))
 		cancel()
 		got, err := ReadCounter(ctx, env.Data.Next, r.DataTable, key)
 		if err != nil {
@@ -598,8 +603,22 @@ func (r *Runner) Burst(ctx context.Context, s Strategy, p Path, n, rounds int) (
 	rec.Completions = done.Load()
 	rec.Errors = errs.Load()
 	rec.DurationS = el.Seconds()
+	roundStats(&rec, roundTimes)
 	stalls(&rec, env)
 	return rec, nil
+}
+
+// roundStats records the mean and the longest of a burst's round times.
+func roundStats(rec *Record, rounds []time.Duration) {
+	if len(rounds) == 0 {
+		return
+	}
+	var sum time.Duration
+	for _, d := range rounds {
+		sum += d
+	}
+	rec.RoundMs = fp(ms(sum / time.Duration(len(rounds))))
+	rec.RoundMaxMs = fp(ms(slices.Max(rounds)))
 }
 
 // Takeover measures, trials times in parallel, how long after a holder crashed (stopped

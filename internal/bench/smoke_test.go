@@ -88,9 +88,10 @@ func TestSmoke(t *testing.T) {
 
 // TestAWSLockClientPeer builds the AWS lock client peer (Maven and javac; once per change
 // of bench/awspeer, `make awspeer` prebuilds it) and runs its hot-key loop with 2 workers
-// for 2 s against the engine through the delay proxy. The peer's result must count
-// critical sections, the lock's calls and exactly 2 calls per critical section, and the
-// counter must show no lost update. Without java, javac or mvn the test fails and says
+// for 2 s against the engine through the delay proxy, then its burst (3 workers, 2
+// rounds). The peer's result must count critical sections, the lock's calls and exactly 2
+// calls per critical section, round times in the burst, and the counters must show no
+// lost update. Without java, javac or mvn the test fails and says
 // which is missing: the baseline is part of `make bench`.
 func TestAWSLockClientPeer(t *testing.T) {
 	if testing.Short() {
@@ -160,5 +161,26 @@ func TestAWSLockClientPeer(t *testing.T) {
 	}
 	if !strings.Contains(h.Implementation, "dynamodb-lock-client 1.3.0") {
 		t.Errorf("implementation %q does not name the lock client's version", h.Implementation)
+	}
+
+	// The burst: 3 workers released at once on each of 2 fresh keys.
+	t2 := time.Now()
+	b, err := r.Burst(ctx, strategies[0], Path{RTT: 2 * time.Millisecond, DB: proxied, Endpoint: endpoint}, 3, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("burst took %s: %d CS, round %.0f ms (max %.0f), max wait %.0f ms, %.2f lock calls/CS, %d errors %s",
+		time.Since(t2).Round(time.Millisecond), b.Completions, ptrOr(b.RoundMs), ptrOr(b.RoundMaxMs), ptrOr(b.MaxWaitMs),
+		ptrOr(b.CallsPerCS), b.Errors, b.ErrorSample)
+	if b.Completions != 6 || b.Errors != 0 {
+		t.Errorf("burst: %d critical sections and %d errors (%s), want 6 and 0", b.Completions, b.Errors, b.ErrorSample)
+	}
+	if b.LostUpdates == nil || *b.LostUpdates != 0 || b.DoubleHolders == nil || *b.DoubleHolders != 0 {
+		t.Errorf("burst: lost updates %v, double holders %v, want 0 and 0", b.LostUpdates, b.DoubleHolders)
+	}
+	// Two of the three wait for a holder: a round lasts at least one section, and the
+	// lock takes and releases at least 2 calls per section.
+	if ptrOr(b.RoundMs) <= 0 || ptrOr(b.RoundMaxMs) < ptrOr(b.RoundMs) || ptrOr(b.MaxWaitMs) <= 0 || ptrOr(b.CallsPerCS) < 2 {
+		t.Errorf("burst: round %v / max %v ms, max wait %v ms, lock calls/CS %v: not measured", ptrOr(b.RoundMs), ptrOr(b.RoundMaxMs), ptrOr(b.MaxWaitMs), ptrOr(b.CallsPerCS))
 	}
 }

@@ -8,6 +8,7 @@ import java.util.HashMap;
 import java.util.List;
 import java.util.Map;
 import java.util.Properties;
+import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicInteger;
 import java.util.concurrent.atomic.AtomicLong;
@@ -46,9 +47,16 @@ import software.amazon.awssdk.services.dynamodb.model.PutItemRequest;
  * critical-section intervals, counter snapshots at the window's edges); cmd/bench turns it
  * into the same record as its own strategies and checks the counter for lost updates.
  *
+ * <p>With {@code --mode=burst} it runs the bench's burst scenario instead (as
+ * scenarios.go's Burst): for each of {@code rounds} fresh keys ({@code <key>-<round>}) the
+ * N workers are released at once and each does one critical section; it reports each
+ * round's time (release of the workers to the last release of the lock), each worker's
+ * wait and the lock's calls over all rounds.
+ *
  * <p>Arguments, all {@code --name=value}: endpoint, lock-table, data-table, key, workers,
  * duration-ms, warmup-ms, lease-ms, heartbeat-ms, refresh-ms (0: the library's default,
- * 1 s), warmup-cycles, owner.
+ * 1 s), warmup-cycles, owner, mode (hotkey, the default, or burst), rounds (burst; default
+ * 3).
  */
 public final class Peer {
     /** Sort key of the lock rows (the lock table has pk and sk strings). */
@@ -63,7 +71,7 @@ public final class Peer {
     public static void main(String[] argv) throws Exception {
         Map<String, String> a = parse(argv);
         Settings s = new Settings(a);
-        String json = new Run(s).run();
+        String json = s.burst ? new Run(s).runBurst() : new Run(s).run();
         System.out.println(json);
         System.out.flush();
         // The lock clients' heartbeat threads are daemons; exit without releasing anything
@@ -97,6 +105,8 @@ public final class Peer {
         final long refreshMs; // 0: the library's default
         final int warmupCycles;
         final String owner;
+        final boolean burst;
+        final int rounds;
 
         Settings(Map<String, String> a) {
             endpoint = URI.create(need(a, "endpoint"));
@@ -111,8 +121,14 @@ public final class Peer {
             refreshMs = Long.parseLong(a.getOrDefault("refresh-ms", "0"));
             warmupCycles = Integer.parseInt(a.getOrDefault("warmup-cycles", "10"));
             owner = a.getOrDefault("owner", "awspeer");
-            if (workers < 1 || durationNanos <= 0) {
-                throw new IllegalArgumentException("workers ≥ 1 and duration-ms > 0 please");
+            String mode = a.getOrDefault("mode", "hotkey");
+            if (!mode.equals("hotkey") && !mode.equals("burst")) {
+                throw new IllegalArgumentException("--mode=" + mode + ": want hotkey or burst");
+            }
+            burst = mode.equals("burst");
+            rounds = Integer.parseInt(a.getOrDefault("rounds", "3"));
+            if (workers < 1 || durationNanos <= 0 || rounds < 1) {
+                throw new IllegalArgumentException("workers ≥ 1, duration-ms > 0 and rounds ≥ 1 please");
             }
         }
 
@@ -213,7 +229,11 @@ public final class Peer {
         }
 
         AcquireLockOptions acquireOptions() {
-            AcquireLockOptions.AcquireLockOptionsBuilder b = AcquireLockOptions.builder(s.key)
+            return acquireOptions(s.key);
+        }
+
+        AcquireLockOptions acquireOptions(String key) {
+            AcquireLockOptions.AcquireLockOptionsBuilder b = AcquireLockOptions.builder(key)
                 .withSortKey(LOCK_SORT_KEY)
                 .withAdditionalTimeToWaitForLock(BLOCKING_WAIT_MS)
                 .withTimeUnit(TimeUnit.MILLISECONDS);
@@ -223,22 +243,30 @@ public final class Peer {
             return b.build();
         }
 
-        Map<String, AttributeValue> counterKey() {
+        Map<String, AttributeValue> counterKey(String key) {
             Map<String, AttributeValue> k = new HashMap<>();
-            k.put("pk", AttributeValue.builder().s("CTR#" + s.key).build());
+            k.put("pk", AttributeValue.builder().s("CTR#" + key).build());
             k.put("sk", AttributeValue.builder().s("STOCK").build());
             return k;
         }
 
         long readCounter() {
+            return readCounter(s.key);
+        }
+
+        long readCounter(String key) {
             Map<String, AttributeValue> it = dataDb.getItem(GetItemRequest.builder()
-                .tableName(s.dataTable).key(counterKey()).consistentRead(true).build()).item();
+                .tableName(s.dataTable).key(counterKey(key)).consistentRead(true).build()).item();
             AttributeValue n = it == null ? null : it.get("n");
             return n == null || n.n() == null ? 0 : Long.parseLong(n.n());
         }
 
         void writeCounter(long v) {
-            Map<String, AttributeValue> it = counterKey();
+            writeCounter(s.key, v);
+        }
+
+        void writeCounter(String key, long v) {
+            Map<String, AttributeValue> it = counterKey(key);
             it.put("n", AttributeValue.builder().n(Long.toString(v)).build());
             dataDb.putItem(PutItemRequest.builder().tableName(s.dataTable).item(it).build());
         }
@@ -304,6 +332,110 @@ public final class Peer {
                 }
             }
             return json(stats, lock0, lock1, data0, data1);
+        }
+
+        /** A burst round's figures. */
+        static final class Round {
+            long nanos;       // release of the workers to the last worker done
+            int done;         // critical sections completed
+            int errors;
+            long[] waitNanos; // each worker's acquireLock (0: it failed)
+        }
+
+        /** Per-round deadline: the AWS client's rounds take seconds; this is a hang. */
+        static final long ROUND_DEADLINE_NANOS = TimeUnit.MINUTES.toNanos(5);
+
+        String runBurst() throws Exception {
+            List<AmazonDynamoDBLockClient> clients = new ArrayList<>();
+            for (int i = 0; i < s.workers; i++) {
+                clients.add(lockClient(i));
+            }
+            // Warm the JVM up on a key of its own, as in run().
+            AcquireLockOptions warm = acquireOptions(s.key + "-warm");
+            for (int i = 0; i < s.warmupCycles; i++) {
+                LockItem l = clients.get(0).acquireLock(warm);
+                clients.get(0).releaseLock(l);
+            }
+            readCounter(s.key + "-warm");
+            Counting.Usage lock0 = lockCount.snapshot();
+            Counting.Usage data0 = dataCount.snapshot();
+            Round[] rounds = new Round[s.rounds];
+            String sample = null;
+            for (int r = 0; r < s.rounds; r++) {
+                Round rd = new Round();
+                rd.waitNanos = new long[s.workers];
+                rounds[r] = rd;
+                String key = s.key + "-" + r;
+                AcquireLockOptions opts = acquireOptions(key);
+                CountDownLatch gate = new CountDownLatch(1);
+                AtomicInteger done = new AtomicInteger();
+                AtomicInteger errors = new AtomicInteger();
+                String[] errorSample = new String[1];
+                Thread[] threads = new Thread[s.workers];
+                for (int i = 0; i < s.workers; i++) {
+                    final int w = i;
+                    final AmazonDynamoDBLockClient c = clients.get(i);
+                    threads[i] = new Thread(() -> {
+                        try {
+                            gate.await();
+                            long a0 = System.nanoTime();
+                            LockItem lock = c.acquireLock(opts);
+                            rd.waitNanos[w] = System.nanoTime() - a0;
+                            overlap.enter();
+                            try {
+                                writeCounter(key, readCounter(key) + 1);
+                                done.incrementAndGet();
+                            } finally {
+                                overlap.exit();
+                                if (!c.releaseLock(lock)) {
+                                    errors.incrementAndGet();
+                                    errorSample[0] = "releaseLock: the lock was no longer ours";
+                                }
+                            }
+                        } catch (InterruptedException | RuntimeException e) {
+                            errors.incrementAndGet();
+                            errorSample[0] = "burst: " + e;
+                        }
+                    }, "burst-" + r + "-" + i);
+                    threads[i].start();
+                }
+                long t0 = System.nanoTime();
+                gate.countDown();
+                for (Thread t : threads) {
+                    long left = t0 + ROUND_DEADLINE_NANOS - System.nanoTime();
+                    t.join(Math.max(1, TimeUnit.NANOSECONDS.toMillis(left)));
+                    if (t.isAlive()) {
+                        throw new IllegalStateException("burst round " + r + ": a worker did not finish within 5 minutes");
+                    }
+                }
+                rd.nanos = System.nanoTime() - t0;
+                rd.done = done.get();
+                rd.errors = errors.get();
+                if (errorSample[0] != null) {
+                    sample = errorSample[0];
+                }
+            }
+            Counting.Usage lock1 = lockCount.snapshot();
+            Counting.Usage data1 = dataCount.snapshot();
+            StringBuilder b = new StringBuilder(1 << 12);
+            header(b, lock0, lock1, data0, data1);
+            b.append(",\"rounds\":[");
+            for (int r = 0; r < rounds.length; r++) {
+                Round rd = rounds[r];
+                b.append(r > 0 ? "," : "").append("{\"ns\":").append(rd.nanos)
+                    .append(",\"done\":").append(rd.done)
+                    .append(",\"errors\":").append(rd.errors)
+                    .append(",\"wait_ns\":[");
+                for (int i = 0; i < rd.waitNanos.length; i++) {
+                    b.append(i > 0 ? "," : "").append(rd.waitNanos[i]);
+                }
+                b.append("]}");
+            }
+            b.append(']');
+            if (sample != null) {
+                b.append(",\"error_sample\":").append(quote(sample));
+            }
+            return b.append('}').toString();
         }
 
         void work(int w, AmazonDynamoDBLockClient client, AcquireLockOptions opts, WorkerStats st, State[] states, Object monitor) {
@@ -388,8 +520,8 @@ public final class Peer {
             }
         }
 
-        String json(WorkerStats[] stats, Counting.Usage lock0, Counting.Usage lock1, Counting.Usage data0, Counting.Usage data1) {
-            StringBuilder b = new StringBuilder(1 << 16);
+        /** The fields both modes print first: what ran, the safety count, the usage. */
+        void header(StringBuilder b, Counting.Usage lock0, Counting.Usage lock1, Counting.Usage data0, Counting.Usage data1) {
             b.append("{\"lock_client_version\":").append(quote(lockClientVersion()))
                 .append(",\"sdk_version\":").append(quote(VersionInfo.SDK_VERSION))
                 .append(",\"java_version\":").append(quote(System.getProperty("java.version")))
@@ -405,6 +537,11 @@ public final class Peer {
                 .append(",\"data_end\":").append(data1.json())
                 .append(",\"slowest_call_ns\":").append(Math.max(lockCount.slowestNanos(), dataCount.slowestNanos()))
                 .append(",\"slow_calls\":").append(lockCount.slowCalls() + dataCount.slowCalls());
+        }
+
+        String json(WorkerStats[] stats, Counting.Usage lock0, Counting.Usage lock1, Counting.Usage data0, Counting.Usage data1) {
+            StringBuilder b = new StringBuilder(1 << 16);
+            header(b, lock0, lock1, data0, data1);
             String sample = null;
             b.append(",\"workers\":[");
             for (int i = 0; i < stats.length; i++) {
