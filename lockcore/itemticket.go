@@ -908,7 +908,7 @@ func (il *ItemLocker) wait(ctx context.Context, h *itemHold, leaseID string, tr 
 		obs = observer{leaseID: r.servedID(), rev: r.rev, lease: r.servedLease(), since: ac.seenAt}
 	}
 	w := lineWait{cfg: il.cfg, pacing: &il.pacing, pk: il.pacingKey(h.label), key: h.label, what: "lock item",
-		ticket: h.ticket, ac: ac, start: start, obs: &obs, plan: true, fresh: ac.lease / 4, confirmTurn: true}
+		ticket: h.ticket, ac: ac, start: start, obs: &obs, plan: true, guess: true, fresh: ac.lease / 4, confirmTurn: true}
 	row, lastBefore, err := waitTurn(ctx, ly, w, itemRow{itemState: tr.st, il: il, lease: ac.lease}, tr.sent)
 	if err != nil {
 		return waitResult{}, err

@@ -174,7 +174,7 @@ type pacer struct {
 	turnAt   time.Time     // when the served ticket's turn began, as its row says (zero: unknown)
 	moved    int64         // tickets served between the last two reads (see read)
 	spread   time.Duration // mean deviation of a turn from the pace (0: unknown)
-	coldTurn time.Duration // the turn planned with while nothing is known
+	coldTurn time.Duration // the turn planned with while nothing is known (0: none, read by position)
 	aimed    bool          // the last delay aimed at our own turn from further back (see turnPlan)
 }
 
@@ -256,7 +256,7 @@ func (p *pacer) restart(send time.Time) {
 // yet, is read at most every quarter of the time it has stood still: a long hold costs a
 // few reads (about four per doubling of the wait) instead of one every few milliseconds.
 func (p *pacer) delay(now time.Time, pos int64, rtt, turn time.Duration) time.Duration {
-	if p.planned && rtt >= planMinRTT {
+	if p.planned && rtt >= planMinRTT && (p.pace > 0 || turn > 0 || p.coldTurn > 0) {
 		// The measured pace, which the reads' own lateness is part of, capped by the
 		// caller's plan (hold time and round trips: see pacing.turn) so that lateness
 		// cannot feed on itself.
@@ -328,17 +328,33 @@ const planMinRTT = 3 * time.Millisecond
 // clock only misplaces reads, it never changes what a read may conclude); two starts a
 // known number of tickets apart measure the pace exactly.
 //
-// With nothing known yet (a lock this client has not waited for or held), the pacer
-// plans turns of cold: four round trips (a handoff's two and a critical section of
-// two calls), never more than a lease's 1/64 — low, so that a cold waiter reads early
-// rather than late, and learns the pace from the first two turn starts it sees.
-func (p *pacer) began(sent, at time.Time, rtt, lease time.Duration) {
+// With nothing known yet (a lock this client has not waited for or held), a pacer
+// that may guess (guess: the ItemLocker's) plans turns of cold: four round trips (a
+// handoff's two and a critical section of two calls), never more than a lease's 1/64 —
+// low, so that a cold waiter reads early rather than late, and learns the pace from the
+// first two turn starts it sees. One that may not (the Mutex's) reads by its position
+// until it knows a pace or a turn (see delay).
+//
+// Why the difference: a Mutex's holders publish their hold time with every release, so
+// a Mutex waiter that knows neither waits on a lock nobody has released yet — a burst on
+// a fresh key, where every taker's round trip is inflated by the others' takes at the
+// same moment, and a guessed turn of four of them put the far waiters late: the lock sat
+// idle ~120 ms per handoff, 16 workers' rounds took 1.3–1.4 s against 0.75–0.87 s read
+// by position (+5 ms and direct, 10 s leases, `go run ./cmd/bench -scenarios burst`).
+// An ItemLocker's holders publish nothing, so its waiters know neither whenever their
+// client is new to the item, however busy the item: holds there can be long (the sample
+// application's leaders hold a stock item for hundreds of milliseconds), and read by
+// position its far waiters read every few milliseconds until the standing-queue rule
+// slows them (the demo at 40 invocations: +0.9 capacity units per order).
+func (p *pacer) began(sent, at time.Time, rtt, lease time.Duration, guess bool) {
 	rtt = max(rtt, time.Millisecond)
 	if !p.planned {
 		p.planned = true
-		p.coldTurn = 4 * rtt
-		if lease > 0 {
-			p.coldTurn = max(min(p.coldTurn, lease/64), time.Millisecond)
+		if guess {
+			p.coldTurn = 4 * rtt
+			if lease > 0 {
+				p.coldTurn = max(min(p.coldTurn, lease/64), time.Millisecond)
+			}
 		}
 	}
 	if at.IsZero() {
