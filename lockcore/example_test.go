@@ -94,6 +94,55 @@ func ExampleItemLocker() {
 	// Output: available: 10
 }
 
+// A locked item written together with another item in the caller's own transaction:
+// the stock item's update carries the release (ReleaseUpdate) and its condition is the
+// lease (HeldCondition); the order is written in the same TransactWriteItems, so both
+// land or neither does.
+func ExampleItemLease_ReleaseUpdate() {
+	ctx := context.Background()
+	db, _, data := exampleTables()
+	stockKey := map[string]types.AttributeValue{
+		"pk": &types.AttributeValueMemberS{Value: "SKU#pear"},
+		"sk": &types.AttributeValueMemberS{Value: "STOCK"},
+	}
+	il, err := lockcore.NewItemLocker(db, data, lockcore.WithOwner("worker-1"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	hbCtx, stopHeartbeat := context.WithCancel(ctx)
+	defer stopHeartbeat()
+	lease, err := il.Acquire(hbCtx, stockKey)
+	if err != nil {
+		log.Fatal(err)
+	}
+	reserve := expression.Set(expression.Name("reserved"),
+		expression.Plus(expression.IfNotExists(expression.Name("reserved"), expression.Value(0)), expression.Value(1)))
+	e, err := expression.NewBuilder().WithUpdate(lease.ReleaseUpdate(reserve)).WithCondition(lease.HeldCondition()).Build()
+	if err != nil {
+		log.Fatal(err)
+	}
+	stopHeartbeat() // no renewal may race the releasing write
+	_, err = db.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: []types.TransactWriteItem{
+		{Update: &types.Update{TableName: &data, Key: stockKey, UpdateExpression: e.Update(),
+			ConditionExpression: e.Condition(), ExpressionAttributeNames: e.Names(), ExpressionAttributeValues: e.Values()}},
+		{Put: &types.Put{TableName: &data, Item: map[string]types.AttributeValue{
+			"pk": &types.AttributeValueMemberS{Value: "ORDER#1"},
+			"sk": &types.AttributeValueMemberS{Value: "ORDER"},
+		}}},
+	}})
+	if err != nil {
+		log.Fatal(err)
+	}
+	// The item is free again.
+	next, err := il.TryAcquire(ctx, stockKey)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer next.Release(ctx)
+	fmt.Println("reserved:", next.Item()["reserved"].(*types.AttributeValueMemberN).Value)
+	// Output: reserved: 1
+}
+
 // An order item created PENDING in the write that locks it: the take that locks an
 // absent item also writes what SetIfAbsent names (only where the item lacks it), so a new
 // item costs no second write, and an existing one keeps its attributes. A waiter that is

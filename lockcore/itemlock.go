@@ -32,6 +32,9 @@ type ItemAttributes struct {
 	// Left empty, each takes its default.
 	Epoch string // start of this life of the item, µs since 1970: its tokens' epoch (default "lockEpoch")
 	Room  string // padding that keeps room for the next holder on an item near the size limit (default "lockRoom")
+	// HoldMs is the holders' hold time in ms, a moving average each release writes: what
+	// a waiter new to the item plans its reads with (default "lockHoldMs").
+	HoldMs string
 }
 
 // DefaultItemAttributes are the attribute names used unless WithItemAttributes says otherwise.
@@ -39,15 +42,15 @@ var DefaultItemAttributes = ItemAttributes{
 	LockedBy: "lockedBy", LockTime: "lockTime", Owner: "lockOwner", Until: "lockUntil",
 	LeaseMs: "lockLeaseMs", Rev: "lockRev", Fence: "lockFence", Write: "lockWrite",
 	Serving: "lockServing", Ticket: "lockTicket", Waiters: "lockWaiters",
-	Epoch: "lockEpoch", Room: "lockRoom",
+	Epoch: "lockEpoch", Room: "lockRoom", HoldMs: "lockHoldMs",
 }
 
 func (a ItemAttributes) all() []string {
-	return []string{a.LockedBy, a.LockTime, a.Owner, a.Until, a.LeaseMs, a.Rev, a.Fence, a.Write, a.Serving, a.Ticket, a.Waiters, a.Epoch, a.Room}
+	return []string{a.LockedBy, a.LockTime, a.Owner, a.Until, a.LeaseMs, a.Rev, a.Fence, a.Write, a.Serving, a.Ticket, a.Waiters, a.Epoch, a.Room, a.HoldMs}
 }
 
 // withDefaults fills the names left empty that ItemAttributes written before them did not
-// have (those name only the first eight, or eleven).
+// have (those name only the first eight, eleven or thirteen).
 func (a ItemAttributes) withDefaults() ItemAttributes {
 	d := DefaultItemAttributes
 	for _, f := range []struct {
@@ -55,6 +58,7 @@ func (a ItemAttributes) withDefaults() ItemAttributes {
 		d string
 	}{
 		{&a.Serving, d.Serving}, {&a.Ticket, d.Ticket}, {&a.Waiters, d.Waiters}, {&a.Epoch, d.Epoch}, {&a.Room, d.Room},
+		{&a.HoldMs, d.HoldMs},
 	} {
 		if *f.v == "" {
 			*f.v = f.d
@@ -64,8 +68,8 @@ func (a ItemAttributes) withDefaults() ItemAttributes {
 }
 
 // WithItemAttributes renames an ItemLocker's lock attributes. Every name must be
-// non-empty and distinct; Serving, Ticket, Waiters, Epoch and Room left empty take their
-// defaults. Other strategies refuse it.
+// non-empty and distinct; Serving, Ticket, Waiters, Epoch, Room and HoldMs left empty take
+// their defaults. Other strategies refuse it.
 func WithItemAttributes(a ItemAttributes) Option {
 	return func(c *config) error {
 		c.only("itemAttributes", StrategyItem)
@@ -123,6 +127,8 @@ func RequireItem() Option {
 //	              lease end, last acquisition or renewal, lease duration
 //	lockRev       bumps on every acquisition, handoff, skip and heartbeat
 //	lockWrite     id of the last write, to settle ambiguous writes (the write chain)
+//	lockHoldMs    the holders' hold time (ms, a moving average each release writes):
+//	              what waiters new to the item plan their reads with
 //	lockRoom      padding a holder's write to an item near DynamoDB's size limit leaves
 //	              for the next holder's lock attributes; the next renewal, holder write
 //	              or take that needs it removes it
@@ -294,6 +300,34 @@ func (l *ItemLease) HeldCondition() expression.ConditionBuilder {
 			expression.Equal(name(a.Owner), value(l.owner)))
 	}
 	return l.hold.owns(l.Lease)
+}
+
+// ReleaseUpdate adds the release of this lease to update, for a write of the item that
+// the caller sends itself — one item of its own TransactWriteItems, conditioned on
+// HeldCondition (a decision that also unlocks the item, say) — instead of
+// UpdateAndRelease. The holder attributes go (lockedBy, lockOwner, lockUntil, lockTime:
+// the item is then free, or its next waiter skips the released ticket at once) and the
+// hold time is published (HoldMs) for the waiters, and recorded in this client's
+// pacing. Stop the lease's heartbeat before the write is sent (cancel the context
+// Acquire was given): a renewal racing it would fail the write's condition. update is
+// not modified.
+//
+// Unlike UpdateAndRelease it settles nothing: a write whose outcome is unknown is the
+// caller's to settle (read the item: holder attributes gone with the lease's effects
+// there means it landed). Until the write lands, the lease still holds the item, without
+// a heartbeat.
+func (l *ItemLease) ReleaseUpdate(update expression.UpdateBuilder) expression.UpdateBuilder {
+	if l == nil || l.Lease == nil || l.locker == nil {
+		return update
+	}
+	u := l.locker.unlock(cloneUpdate(update))
+	if h := l.hold; h != nil {
+		h.io.Lock()
+		defer h.io.Unlock()
+		u = h.publishHold(u)
+		h.heldFor()
+	}
+	return u
 }
 
 // Token returns the fencing token of this acquisition: epoch<<10 + n, where n is its
@@ -780,7 +814,7 @@ func (il *ItemLocker) write(ctx context.Context, lease *ItemLease, update expres
 			u, fc = h.releaseUpdate(u, l, handoff)
 			c = expression.And(c, fc)
 		case release:
-			u = il.unlock(u) // a lease without a ticket (an old client's): just unlock
+			u = h.publishHold(il.unlock(u)) // a lease without a ticket (an old client's): just unlock
 		case !h.lean: // a lean hold does not claim: there is no room for it
 			u = h.claim(u, l)
 		}

@@ -51,6 +51,7 @@ type itemState struct {
 	ticket     int64 // the ticket the holder attributes belong to
 	rev        int64
 	leaseMs    int64
+	holdMs     int64 // the holders' published hold time (HoldMs; 0: none)
 	until      int64
 	lockedBy   string
 	owner      string
@@ -70,6 +71,7 @@ func (il *ItemLocker) state(it item, wid string) itemState {
 	st.ticket, _ = attrN(it, a.Ticket)
 	st.rev, st.hasRev = attrN(it, a.Rev)
 	st.leaseMs, _ = attrN(it, a.LeaseMs)
+	st.holdMs, _ = attrN(it, a.HoldMs)
 	st.until, _ = attrN(it, a.Until)
 	st.lockedBy, st.owner, st.write = attrS(it, a.LockedBy), attrS(it, a.Owner), attrS(it, a.Write)
 	if m, ok := it[a.Waiters].(*types.AttributeValueMemberM); ok {
@@ -183,6 +185,7 @@ type itemHold struct {
 	next   int64  // Fence as last seen: tickets issued after ours mean waiters
 	gc     []string
 	since  time.Time
+	shared int64 // the item's published hold time (HoldMs) as last seen, 0: none
 
 	// io serializes the heartbeat's renewals, the holder's writes and its release: each
 	// records what it learns of the item (entry, next, gc) in the hold.
@@ -244,6 +247,9 @@ func (h *itemHold) learn(it item) {
 	if e, ok := attrN(it, a.Epoch); ok {
 		h.epoch = e
 	}
+	if v, ok := attrN(it, a.HoldMs); ok {
+		h.shared = v
+	}
 }
 
 // claimBytes bounds what the holder attributes of lease l take on the item.
@@ -256,7 +262,7 @@ func (h *itemHold) claimBytes(l *Lease) int {
 // next ticket's marker, ticket, lease end and length; and a digit more in serving and
 // rev.
 func (h *itemHold) passBytes(l *Lease, handoff bool) int {
-	n := 2
+	n := 2 + len(h.il.attrs.HoldMs) + numberBytes("12345678") // the published hold time
 	if handoff {
 		a := h.il.attrs
 		n += len(a.LockedBy) + len(marker(h.ticket+1)) + len(a.Ticket) + numberBytes(strconv.FormatInt(h.ticket+1, 10)) +
@@ -390,7 +396,7 @@ func (h *itemHold) releaseUpdate(u expression.UpdateBuilder, l *Lease, handoff b
 	a := h.il.attrs
 	t := h.ticket
 	now := h.il.cfg.clock.Now()
-	u = h.endEntry(u.Set(name(a.Serving), value(t+1)).Add(name(a.Rev), value(1)))
+	u = h.endEntry(h.publishHold(u.Set(name(a.Serving), value(t+1)).Add(name(a.Rev), value(1))))
 	for _, tomb := range h.gc {
 		u = u.Remove(h.il.waiterPath(tomb))
 	}
@@ -522,6 +528,21 @@ func (h *itemHold) heldFor() {
 	}
 }
 
+// publishHold adds to u the item's published hold time (HoldMs): this tenure's, averaged
+// with the one the item carried (as a Mutex row's holdMs). Waiters new to the item plan
+// with it (pacing.turnShared); without one, they read by position.
+// Nothing for a tenure whose start is unknown (an attached lease).
+func (h *itemHold) publishHold(u expression.UpdateBuilder) expression.UpdateBuilder {
+	if h.since.IsZero() {
+		return u
+	}
+	v := max(h.il.cfg.clock.Now().Sub(h.since).Milliseconds(), 1)
+	if h.shared > 0 {
+		v = max((7*h.shared+3*v)/10, 1)
+	}
+	return u.Set(name(h.il.attrs.HoldMs), value(v))
+}
+
 // release implements leaseOps: it passes the item on to the next ticket, or frees it.
 func (h *itemHold) release(ctx context.Context, l *Lease) error {
 	// Serialized with the holder's writes (Update, UpdateAndRelease), as renewals are:
@@ -547,7 +568,7 @@ func (h *itemHold) release(ctx context.Context, l *Lease) error {
 				u, fc = h.releaseUpdate(u, l, handoff)
 				cond = expression.And(cond, fc)
 			} else {
-				u = il.unlock(u) // a lease of an old client's making: no ticket to pass on
+				u = h.publishHold(il.unlock(u)) // a lease of an old client's making: no ticket to pass on
 			}
 			e := expr(expression.NewBuilder().WithCondition(cond).WithUpdate(u))
 			return il.db.UpdateItem(ctx, conditionalUpdate(il.table, h.key, e, types.ReturnValueNone), noSDKRetry)
@@ -908,7 +929,7 @@ func (il *ItemLocker) wait(ctx context.Context, h *itemHold, leaseID string, tr 
 		obs = observer{leaseID: r.servedID(), rev: r.rev, lease: r.servedLease(), since: ac.seenAt}
 	}
 	w := lineWait{cfg: il.cfg, pacing: &il.pacing, pk: il.pacingKey(h.label), key: h.label, what: "lock item",
-		ticket: h.ticket, ac: ac, start: start, obs: &obs, plan: true, guess: true, fresh: ac.lease / 4, confirmTurn: true}
+		ticket: h.ticket, ac: ac, start: start, obs: &obs, plan: true, fresh: ac.lease / 4, confirmTurn: true}
 	row, lastBefore, err := waitTurn(ctx, ly, w, itemRow{itemState: tr.st, il: il, lease: ac.lease}, tr.sent)
 	if err != nil {
 		return waitResult{}, err
@@ -956,7 +977,7 @@ func (r itemRow) servedLease() time.Duration {
 }
 
 // sharedHold: ItemLocker holders publish no hold time.
-func (r itemRow) sharedHold() time.Duration { return 0 }
+func (r itemRow) sharedHold() time.Duration { return time.Duration(r.holdMs) * time.Millisecond }
 func (r itemRow) holder() *Holder           { return r.il.stateHolder(r.itemState) }
 func (r itemRow) turnBegan() time.Time      { return r.il.turnBegan(r.itemState) }
 

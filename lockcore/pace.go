@@ -170,12 +170,11 @@ type pacer struct {
 
 	// Set by began (Mutex and ItemLocker, whose rows say when the served ticket's turn
 	// began); see pacer.turnPlan.
-	planned  bool          // began was called: delay plans turns (turnPlan)
-	turnAt   time.Time     // when the served ticket's turn began, as its row says (zero: unknown)
-	moved    int64         // tickets served between the last two reads (see read)
-	spread   time.Duration // mean deviation of a turn from the pace (0: unknown)
-	coldTurn time.Duration // the turn planned with while nothing is known (0: none, read by position)
-	aimed    bool          // the last delay aimed at our own turn from further back (see turnPlan)
+	planned bool          // began was called: delay plans turns (turnPlan)
+	turnAt  time.Time     // when the served ticket's turn began, as its row says (zero: unknown)
+	moved   int64         // tickets served between the last two reads (see read)
+	spread  time.Duration // mean deviation of a turn from the pace (0: unknown)
+	aimed   bool          // the last delay aimed at our own turn from further back (see turnPlan)
 }
 
 func newPacer(p *pacing, key string, sent time.Time) pacer {
@@ -256,7 +255,8 @@ func (p *pacer) restart(send time.Time) {
 // yet, is read at most every quarter of the time it has stood still: a long hold costs a
 // few reads (about four per doubling of the wait) instead of one every few milliseconds.
 func (p *pacer) delay(now time.Time, pos int64, rtt, turn time.Duration) time.Duration {
-	if p.planned && rtt >= planMinRTT && (p.pace > 0 || turn > 0 || p.coldTurn > 0) {
+	// Planned only with something to plan with: a measured pace or a turn (see began).
+	if p.planned && rtt >= planMinRTT && (p.pace > 0 || turn > 0) {
 		// The measured pace, which the reads' own lateness is part of, capped by the
 		// caller's plan (hold time and round trips: see pacing.turn) so that lateness
 		// cannot feed on itself.
@@ -266,8 +266,6 @@ func (p *pacer) delay(now time.Time, pos int64, rtt, turn time.Duration) time.Du
 			turn = min(p.pace, turn)
 		case p.pace > 0:
 			turn, far = p.pace, p.pace
-		case turn <= 0:
-			turn, far = p.coldTurn, p.coldTurn
 		}
 		if pos > 1 {
 			turn = far
@@ -322,41 +320,23 @@ const planMinRTT = 3 * time.Millisecond
 
 // began records what a read sent at sent showed of the served ticket's turn: when it
 // began (at, from the row: Mutex's hSince, an ItemLocker item's lockTime; zero when the
-// row does not say), with the round trip rtt and the served ticket's lease. It makes
-// delay plan by turnPlan. A turn's start read off the row replaces the estimate read
+// row does not say). It makes delay plan by turnPlan, once a pace or a turn is known. A
+// turn's start read off the row replaces the estimate read
 // can make from the reads' send times (the holder's own clock, ms resolution: a skewed
 // clock only misplaces reads, it never changes what a read may conclude); two starts a
 // known number of tickets apart measure the pace exactly.
 //
-// With nothing known yet (a lock this client has not waited for or held), a pacer
-// that may guess (guess: the ItemLocker's) plans turns of cold: four round trips (a
-// handoff's two and a critical section of two calls), never more than a lease's 1/64 —
-// low, so that a cold waiter reads early rather than late, and learns the pace from the
-// first two turn starts it sees. One that may not (the Mutex's) reads by its position
-// until it knows a pace or a turn (see delay).
-//
-// Why the difference: a Mutex's holders publish their hold time with every release, so
-// a Mutex waiter that knows neither waits on a lock nobody has released yet — a burst on
-// a fresh key, where every taker's round trip is inflated by the others' takes at the
-// same moment, and a guessed turn of four of them put the far waiters late: the lock sat
-// idle ~120 ms per handoff, 16 workers' rounds took 1.3–1.4 s against 0.75–0.87 s read
-// by position (+5 ms and direct, 10 s leases, `go run ./cmd/bench -scenarios burst`).
-// An ItemLocker's holders publish nothing, so its waiters know neither whenever their
-// client is new to the item, however busy the item: holds there can be long (the sample
-// application's leaders hold a stock item for hundreds of milliseconds), and read by
-// position its far waiters read every few milliseconds until the standing-queue rule
-// slows them (the demo at 40 invocations: +0.9 capacity units per order).
-func (p *pacer) began(sent, at time.Time, rtt, lease time.Duration, guess bool) {
-	rtt = max(rtt, time.Millisecond)
-	if !p.planned {
-		p.planned = true
-		if guess {
-			p.coldTurn = 4 * rtt
-			if lease > 0 {
-				p.coldTurn = max(min(p.coldTurn, lease/64), time.Millisecond)
-			}
-		}
-	}
+// With nothing known yet — a client new to a lock nobody has released yet (every release
+// publishes the holders' hold time: a Mutex row's holdMs, an ItemLocker item's HoldMs) —
+// the waiter reads by its position, as the TicketLock's waiters do, until it has seen the
+// line move or learnt a hold time (see delay). A guessed turn (four round trips) stood
+// in before and put far waiters late where it matters most, a burst on a fresh key: every
+// taker's round trip is inflated by the others' takes at the same moment, and in a burst
+// of 16 (+5 ms and direct, 10 s leases, `go run ./cmd/bench -scenarios burst`) the lock sat
+// idle ~120 ms per handoff, 1.39–1.43 s a round for the Mutex against 0.84–0.97 s by
+// position.
+func (p *pacer) began(sent, at time.Time) {
+	p.planned = true
 	if at.IsZero() {
 		// The row does not say: the estimate from the reads (read) stands in.
 		if p.moved != 0 {

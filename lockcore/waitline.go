@@ -79,9 +79,6 @@ type lineWait struct {
 	// times; planning from estimates of them measured worse than the pacer's own
 	// approach (docs/performance.md), so it keeps that.
 	plan bool
-	// guess: with plan, a waiter that knows neither the line's pace nor a turn plans with
-	// a guessed one (pacer.began: the ItemLocker's, whose holders publish no hold time).
-	guess bool
 	// fresh (0: no bound): a waiter far back reads strongly consistently at least this
 	// often, so that one served after a long wait enters with most of its lease
 	// (lastBefore recent) instead of renewing at once. The ItemLocker's waiters do.
@@ -197,7 +194,7 @@ func newLineState[R lineRow](w lineWait, row R, sent, now time.Time) *lineState[
 	pc := newPacer(w.pacing, w.pk, sent)
 	s := &lineState[R]{w: w, row: row, rowConsistent: !w.eventual, lastBefore: sent, rtt: max(now.Sub(sent), time.Millisecond), pc: &pc}
 	if w.plan {
-		pc.began(sent, row.turnBegan(), s.rtt, max(row.servedLease(), time.Millisecond), w.guess)
+		pc.began(sent, row.turnBegan())
 	}
 	if w.ac.urgent {
 		pc.reach = minReach
@@ -276,7 +273,7 @@ func (s *lineState[R]) saw(next R, consistent bool, send, now time.Time) {
 	if nb.life == b.life {
 		s.pc.read(send, nb.serving-b.serving, s.w.pacing.turnShared(s.w.pk, s.rtt, s.pc.pace, next.sharedHold()), s.rtt)
 		if s.w.plan {
-			s.pc.began(send, next.turnBegan(), s.rtt, max(next.servedLease(), time.Millisecond), s.w.guess)
+			s.pc.began(send, next.turnBegan())
 		}
 	} else {
 		s.pc.restart(send)

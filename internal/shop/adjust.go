@@ -331,7 +331,7 @@ func (s *Service) applyAdjustment(ctx context.Context, a Adjustment) (bool, erro
 		}
 		upd := expression.Set(name(attrAvailable), expression.Plus(expression.IfNotExists(name(attrAvailable), value(0)), value(a.Delta))).
 			Set(name(attrReserved), expression.IfNotExists(name(attrReserved), value(0)))
-		stockItem = buildUpdate(s.t.Inventory, stockKey(a.SKU), releaseUpdate(upd), &cond)
+		stockItem = buildUpdate(s.t.Inventory, stockKey(a.SKU), h.lease.ReleaseUpdate(upd), &cond)
 	}
 	stopHB() // the transaction releases the item: no renewal may race it
 	res, err := s.transact(ctx, []types.TransactWriteItem{

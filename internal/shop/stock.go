@@ -294,21 +294,13 @@ func (s *Service) stockUpdate(h *stockHold, units int64, remove []string, mark m
 		any = true
 	}
 	if release {
-		upd = releaseUpdate(upd)
+		upd = h.lease.ReleaseUpdate(upd)
 		any = true
 	}
 	if !any {
 		return types.TransactWriteItem{}, false
 	}
 	return buildUpdate(s.t.Inventory, stockKey(h.sku), upd, &cond), true
-}
-
-// releaseUpdate adds the release of an item locked by lockcore's locking read to upd:
-// its holder attributes go (docs/using-lockcore.md: the lock treats an item so released
-// as free, or skips it for the next waiter).
-func releaseUpdate(upd expression.UpdateBuilder) expression.UpdateBuilder {
-	a := lockcore.DefaultItemAttributes
-	return upd.Remove(name(a.LockedBy)).Remove(name(a.Owner)).Remove(name(a.Until)).Remove(name(a.LockTime))
 }
 
 // held reports the critical sections of holds released by a write that decided orders
