@@ -22,6 +22,11 @@ import (
 //
 // A continued lease is the same lease: the same lease id and the same fencing token as
 // the one released (the tenure goes on; tokens still grow from one tenure to the next).
+// So the token does not fence the critical sections of one tenure from each other: a
+// write of an earlier one whose outcome is unknown (sent, its response lost) may still
+// land during a later one and overwrite it. After such a write, end the tenure with
+// ReleaseTenure instead of Release: the next acquisition then takes a new token, and
+// the late write fails its fence condition.
 // A Release that keeps the lease renews it first, so it reports a lease lost (an
 // operator's ForceRelease, say) as a Release always does. A kept lease force-released
 // before its continuation is the ForceRelease exception, as for a holder force-released

@@ -13,6 +13,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/expression"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
 	"github.com/turnstile-locks/turnstile/lockcore"
 )
 
@@ -126,6 +131,106 @@ func TestBypassNotContinued(t *testing.T) {
 				t.Fatalf("second lease %s/%d after %s/%d: want a new acquisition", second.ID(), second.Token(), first.ID(), first.Token())
 			}
 		})
+	}
+}
+
+// A continuation shares its lease's fencing token, so a write of the earlier critical
+// section that lands late (sent, its response lost) passes the token's fence in the
+// later one and overwrites it: the chaos harness found exactly that lost update. After
+// such a write, ReleaseTenure ends the tenure: the next Acquire takes a new, higher
+// token, and the late copy fails its fence condition.
+func TestBypassReleaseTenureFencesALateWrite(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ctx := ctxT(t, time.Minute)
+	m, err := lockcore.NewMutex(e.db, e.locks, fast("a", lockcore.WithBypass(time.Minute, 30*time.Second))...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	write := func(key string, tok lockcore.Fence, n int) error {
+		ex, err := expression.NewBuilder().
+			WithCondition(lockcore.FenceCondition("fence", tok)).
+			WithUpdate(lockcore.FenceUpdate(expression.Set(expression.Name("n"), expression.Value(n)), "fence", tok)).
+			Build()
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = e.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+			TableName: aws.String(e.data), Key: dataKey(key), UpdateExpression: ex.Update(),
+			ConditionExpression: ex.Condition(), ExpressionAttributeNames: ex.Names(), ExpressionAttributeValues: ex.Values(),
+		})
+		return err
+	}
+	for _, tc := range []struct {
+		name      string
+		release   func(*lockcore.Lease) error
+		continued bool
+	}{
+		{"Release", func(l *lockcore.Lease) error { return l.Release(ctx) }, true},
+		{"ReleaseTenure", func(l *lockcore.Lease) error { return l.ReleaseTenure(ctx) }, false},
+	} {
+		key := "late-" + tc.name
+		first, err := m.Acquire(ctx, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The first section's write of n = 1 is "in flight": sent below, late.
+		if err := tc.release(first); err != nil {
+			t.Fatal(err)
+		}
+		second, err := m.Acquire(ctx, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := second.ID() == first.ID(); got != tc.continued {
+			t.Fatalf("%s: continued = %v, want %v", tc.name, got, tc.continued)
+		}
+		if err := write(key, second.Token(), 2); err != nil {
+			t.Fatalf("%s: the second section's write: %v", tc.name, err)
+		}
+		late := write(key, first.Token(), 1) // the first section's write lands now
+		var ccf *types.ConditionalCheckFailedException
+		switch {
+		case tc.continued && late != nil:
+			t.Errorf("%s: the late write was refused (%v): the continuation no longer shares the token, update the docs", tc.name, late)
+		case !tc.continued && !errors.As(late, &ccf):
+			t.Errorf("%s: the late write of token %d after a new tenure's %d: %v, want a failed fence condition", tc.name, first.Token(), second.Token(), late)
+		}
+		if err := second.ReleaseTenure(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// Do keeps a bypass lease for the next call only when fn succeeded: a failed fn may have
+// left a write in flight, so its tenure ends and the next fn runs under a new token.
+func TestBypassDoEndsTheTenureWhenFnFails(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ctx := ctxT(t, time.Minute)
+	m, err := lockcore.NewMutex(e.db, e.locks, fast("a", lockcore.WithBypass(time.Minute, 30*time.Second))...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var tokens []lockcore.Fence
+	run := func(fail error) {
+		err := lockcore.Do(ctx, m, "do-tenure", func(_ context.Context, l *lockcore.Lease) error {
+			tokens = append(tokens, l.Token())
+			return fail
+		})
+		if !errors.Is(err, fail) {
+			t.Fatalf("Do: %v, want %v", err, fail)
+		}
+	}
+	errWrite := errors.New("write: unknown outcome")
+	run(nil)      // kept
+	run(errWrite) // continued, then ended
+	run(nil)      // a new tenure
+	if tokens[1] != tokens[0] {
+		t.Errorf("after a successful fn the next call's token is %d, want the continued %d", tokens[1], tokens[0])
+	}
+	if tokens[2] <= tokens[1] {
+		t.Errorf("after a failed fn the next call's token is %d, want above %d (a new tenure)", tokens[2], tokens[1])
 	}
 }
 

@@ -34,7 +34,8 @@ var (
 // A nil l (also a nil *Mutex, *TicketLock or *Queue) or fn is an *OptionError
 // (ErrInvalidOption) naming "locker" or "fn".
 //
-// The lease is released however fn ends. When fn panics, Do releases the lease and
+// The lease is released however fn ends — with WithBypass, kept for the next call only
+// when fn returned nil (else ReleaseTenure). When fn panics, Do releases the lease and
 // lets the panic go on with its value (as a deferred call would; the caller's recover
 // sees fn's value, and the stack trace shows fn's panic); when fn calls runtime.Goexit
 // (t.FailNow in a test does), Do releases the lease and the goroutine goes on exiting.
@@ -53,7 +54,16 @@ func Do(ctx context.Context, l Locker, key string, fn func(ctx context.Context, 
 	if err != nil {
 		return err
 	}
-	return hold(ctx, lease, lease.Release, func(ctx context.Context) error { return fn(ctx, lease) })
+	// fn failed (or panicked): a write of it may have an unknown outcome and still land,
+	// so the tenure ends (WithBypass would otherwise keep the lease, token and all, for
+	// the next call's fn: see ReleaseTenure).
+	release := func(ctx context.Context, ok bool) error {
+		if ok {
+			return lease.Release(ctx)
+		}
+		return lease.ReleaseTenure(ctx)
+	}
+	return hold(ctx, lease, release, func(ctx context.Context) error { return fn(ctx, lease) })
 }
 
 // DoItem is Do for the locking read: it locks and reads the item with key, runs fn
@@ -71,21 +81,23 @@ func DoItem(ctx context.Context, il *ItemLocker, key map[string]types.AttributeV
 	if err != nil {
 		return err
 	}
-	return hold(ctx, lease.Lease, lease.Release, func(ctx context.Context) error { return fn(ctx, lease) })
+	return hold(ctx, lease.Lease, func(ctx context.Context, _ bool) error { return lease.Release(ctx) },
+		func(ctx context.Context) error { return fn(ctx, lease) })
 }
 
-// hold runs fn under lease and releases it on every way out of fn. The release is
+// hold runs fn under lease and releases it on every way out of fn (ok: fn returned nil).
+// The release is
 // deferred, without recover, so that it also runs when fn panics or calls
 // runtime.Goexit: an unreleased lease would be renewed until ctx ends — forever with
 // context.Background — and a panic recovered here would lose fn's stack.
-func hold(ctx context.Context, lease *Lease, release func(context.Context) error, fn func(context.Context) error) (err error) {
+func hold(ctx context.Context, lease *Lease, release func(ctx context.Context, ok bool) error, fn func(context.Context) error) (err error) {
 	lctx, cancel := lease.Context(ctx)
 	returned := false
 	defer func() {
 		cancel()
 		// Release on a context of its own: fn may have ended because ctx did.
 		rctx, rcancel := detached(ctx)
-		rerr := release(rctx)
+		rerr := release(rctx, returned && err == nil)
 		rcancel()
 		if !returned {
 			return // a panic or Goexit goes on

@@ -218,6 +218,21 @@ func (l *Lease) Release(ctx context.Context) error {
 	return l.releaseNow(ctx)
 }
 
+// ReleaseTenure is Release that never keeps the lease for a continuation (WithBypass):
+// the lock is given up in the table, and this client's next Acquire begins a new tenure
+// with a new, higher fencing token. Without WithBypass it is Release.
+//
+// With WithBypass, call it instead of Release when a write fenced with this lease's
+// token may still land — its outcome unknown (a timeout, a lost response): a continuation
+// shares the token (see WithBypass), so only a new tenure's token fences that write out
+// of the critical sections that follow.
+func (l *Lease) ReleaseTenure(ctx context.Context) error {
+	if l == nil {
+		return invalidOption("lease", "must not be nil")
+	}
+	return l.releaseNow(ctx)
+}
+
 // releaseNow is Release without WithBypass: the lease is given up in the table.
 func (l *Lease) releaseNow(ctx context.Context) error {
 	l.stopHeartbeat()

@@ -362,17 +362,25 @@ func (p *AWSPeer) Run(ctx context.Context, pr PeerRun) (*PeerResult, error) {
 	return &res, nil
 }
 
+// peerReady says why the peer strategy s cannot run along p, if it cannot.
+func (r *Runner) peerReady(s Strategy, p Path) error {
+	if r.AWSPeer == nil {
+		return errors.New(s.Name + ": the AWS lock client peer is not built (EnsureAWSPeer)")
+	}
+	if p.Endpoint == "" {
+		return errors.New(s.Name + ": the path has no endpoint for the peer")
+	}
+	return nil
+}
+
 // peerHotKey is HotKey for a peer strategy: the same counter, the same measured window
 // after the same warm-up, the same figures.
 func (r *Runner) peerHotKey(ctx context.Context, s Strategy, p Path, n int, d time.Duration) (Record, error) {
 	warm := min(2*time.Second, d/4)
 	rec := Record{Strategy: s.Name, Scenario: ScenarioHotKey, RTTms: ms(p.RTT), Workers: n, Baseline: s.Baseline,
 		DurationS: d.Seconds(), WarmupS: warm.Seconds()}
-	if r.AWSPeer == nil {
-		return rec, errors.New(s.Name + ": the AWS lock client peer is not built (EnsureAWSPeer)")
-	}
-	if p.Endpoint == "" {
-		return rec, errors.New(s.Name + ": the path has no endpoint for the peer")
+	if err := r.peerReady(s, p); err != nil {
+		return rec, err
 	}
 	env := r.env(p)
 	key := r.key("hot")
@@ -438,11 +446,8 @@ const AWSPeerBurstRounds = 3
 func (r *Runner) peerBurst(ctx context.Context, s Strategy, p Path, n, rounds int) (Record, error) {
 	rounds = min(rounds, AWSPeerBurstRounds)
 	rec := Record{Strategy: s.Name, Scenario: ScenarioBurst, RTTms: ms(p.RTT), Workers: n, Baseline: s.Baseline, Rounds: rounds, Alone: true}
-	if r.AWSPeer == nil {
-		return rec, errors.New(s.Name + ": the AWS lock client peer is not built (EnsureAWSPeer)")
-	}
-	if p.Endpoint == "" {
-		return rec, errors.New(s.Name + ": the path has no endpoint for the peer")
+	if err := r.peerReady(s, p); err != nil {
+		return rec, err
 	}
 	env := r.env(p)
 	key := r.key("burst")

@@ -116,7 +116,7 @@ func holderMain(stdin io.Reader, stdout io.Writer) error {
 			msg = err.Error()
 		}
 		emit(holderEvent{Ev: "wrote", Status: sts[0].String(), RefusedWhileValid: rwv, Msg: msg})
-		_ = s.release(ctx, h)
+		_ = s.release(ctx, h, false)
 		return nil
 	}
 	return nil // parent closed stdin: leave without releasing, like a crash

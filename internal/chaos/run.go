@@ -520,7 +520,7 @@ func (r *runner) lockedOp(ctx context.Context, s *session, rng *mrand.Rand, clie
 		if e == nil {
 			exit()
 			r.stats.event(st, "lease expired before the write")
-			_ = s.release(ctx, h)
+			_ = s.release(ctx, h, false)
 			return
 		}
 		entries = append(entries, e)
@@ -549,7 +549,10 @@ func (r *runner) lockedOp(ctx context.Context, s *session, rng *mrand.Rand, clie
 		r.stats.event(st, "write "+sts[0].String()+": "+errKind(werr))
 	}
 	exit()
-	if err := s.release(ctx, h); err != nil && werr == nil {
+	// A write an attempt of which may have landed unseen may still land again, late: a
+	// bypass worker ends the tenure (lockcore.Lease.ReleaseTenure), so that the next
+	// tenure's token fences that copy out (a continuation would share the token).
+	if err := s.release(ctx, h, h.ambig || slices.Contains(sts, stUnknown)); err != nil && werr == nil {
 		r.stats.event(st, "release: "+errKind(err))
 	}
 }

@@ -117,6 +117,9 @@ type held struct {
 	ilease  *lockcore.ItemLease
 	multi   *lockcore.MultiLease
 	started time.Time // real time before the acquire call
+	// ambig: an attempt of the write may have landed unseen, and a copy of it may still
+	// land later (a bypass worker then ends the tenure: see session.release).
+	ambig bool
 }
 
 // remaining is the least local validity of the held leases.
@@ -176,7 +179,7 @@ func (s *session) acquire(ctx context.Context, keys []int, report problemFunc) (
 			}
 		}
 		if len(h.leases) != len(keys) {
-			s.release(ctx, h)
+			s.release(ctx, h, false)
 			return nil, fmt.Errorf("multi: %d leases for %d keys", len(h.leases), len(keys))
 		}
 	case StratLockingRead:
@@ -206,7 +209,7 @@ func (s *session) acquire(ctx context.Context, keys []int, report problemFunc) (
 				report(problemRegression, fmt.Sprintf("%s: fresh holder %s with token %d found fence %d at the data while its lease was valid",
 					partName(st, k), l.ID(), l.Token(), cur))
 			}
-			s.release(ctx, h)
+			s.release(ctx, h, false)
 			return nil, fmt.Errorf("fenced read: %s: %w", res.Status, res.Err)
 		}
 		if f, ok := numAttr(old, attrFence); ok && f == int64(l.Token()) && strAttr(old, attrFenceLease) != l.ID() && report != nil {
@@ -235,6 +238,7 @@ func (s *session) write(ctx context.Context, h *held, ids []string) (sts []opSta
 	case StratMutex:
 		l := h.leases[0]
 		res := s.data.fencedWrite(ctx, s.rng, itemKey(st, h.keys[0]), h.obs[0], ids[0], l.Token(), l.ID())
+		h.ambig = res.Ambig
 		return all(res.Status), res.Refusal != nil && res.Status == stFailed && validAfter(), res.Err
 	case StratQueue, StratTicket:
 		l := h.leases[0]
@@ -300,7 +304,10 @@ func (s *session) write(ctx context.Context, h *held, ids []string) (sts []opSta
 }
 
 // release gives up whatever h still holds (best effort, on a context of its own).
-func (s *session) release(ctx context.Context, h *held) error {
+//
+// endTenure (WithBypass workers): a write of this tenure may still land, so the release
+// must not be kept for a continuation, which would share the token (ReleaseTenure).
+func (s *session) release(ctx context.Context, h *held, endTenure bool) error {
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
 	switch {
@@ -311,7 +318,11 @@ func (s *session) release(ctx context.Context, h *held) error {
 	default:
 		var errs []error
 		for _, l := range h.leases {
-			errs = append(errs, l.Release(rctx))
+			if endTenure {
+				errs = append(errs, l.ReleaseTenure(rctx))
+			} else {
+				errs = append(errs, l.Release(rctx))
+			}
 		}
 		return errors.Join(errs...)
 	}
