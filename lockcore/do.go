@@ -86,8 +86,7 @@ func DoItem(ctx context.Context, il *ItemLocker, key map[string]types.AttributeV
 }
 
 // hold runs fn under lease and releases it on every way out of fn (ok: fn returned nil).
-// The release is
-// deferred, without recover, so that it also runs when fn panics or calls
+// The release is deferred, without recover, so that it also runs when fn panics or calls
 // runtime.Goexit: an unreleased lease would be renewed until ctx ends — forever with
 // context.Background — and a panic recovered here would lose fn's stack.
 func hold(ctx context.Context, lease *Lease, release func(ctx context.Context, ok bool) error, fn func(context.Context) error) (err error) {

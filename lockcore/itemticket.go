@@ -976,7 +976,7 @@ func (r itemRow) servedLease() time.Duration {
 	return r.lease
 }
 
-// sharedHold: ItemLocker holders publish no hold time.
+// sharedHold: the hold time the item's holders publish (HoldMs; 0: none yet).
 func (r itemRow) sharedHold() time.Duration { return time.Duration(r.holdMs) * time.Millisecond }
 func (r itemRow) holder() *Holder           { return r.il.stateHolder(r.itemState) }
 func (r itemRow) turnBegan() time.Time      { return r.il.turnBegan(r.itemState) }

@@ -321,10 +321,10 @@ const planMinRTT = 3 * time.Millisecond
 // began records what a read sent at sent showed of the served ticket's turn: when it
 // began (at, from the row: Mutex's hSince, an ItemLocker item's lockTime; zero when the
 // row does not say). It makes delay plan by turnPlan, once a pace or a turn is known. A
-// turn's start read off the row replaces the estimate read
-// can make from the reads' send times (the holder's own clock, ms resolution: a skewed
-// clock only misplaces reads, it never changes what a read may conclude); two starts a
-// known number of tickets apart measure the pace exactly.
+// turn's start read off the row replaces the estimate read can make from the reads' send
+// times (the holder's own clock, ms resolution: a skewed clock only misplaces reads, it
+// never changes what a read may conclude); two starts a known number of tickets apart
+// measure the pace exactly.
 //
 // With nothing known yet — a client new to a lock nobody has released yet (every release
 // publishes the holders' hold time: a Mutex row's holdMs, an ItemLocker item's HoldMs) —
