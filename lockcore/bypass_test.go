@@ -141,12 +141,7 @@ func TestBypassNotContinued(t *testing.T) {
 // token, and the late copy fails its fence condition.
 func TestBypassReleaseTenureFencesALateWrite(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
-	ctx := ctxT(t, time.Minute)
-	m, err := lockcore.NewMutex(e.db, e.locks, fast("a", lockcore.WithBypass(time.Minute, 30*time.Second))...)
-	if err != nil {
-		t.Fatal(err)
-	}
+	e, ctx, m := keepingMutex(t)
 	write := func(key string, tok lockcore.Fence, n int) error {
 		ex, err := expression.NewBuilder().
 			WithCondition(lockcore.FenceCondition("fence", tok)).
@@ -206,12 +201,7 @@ func TestBypassReleaseTenureFencesALateWrite(t *testing.T) {
 // left a write in flight, so its tenure ends and the next fn runs under a new token.
 func TestBypassDoEndsTheTenureWhenFnFails(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
-	ctx := ctxT(t, time.Minute)
-	m, err := lockcore.NewMutex(e.db, e.locks, fast("a", lockcore.WithBypass(time.Minute, 30*time.Second))...)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, ctx, m := keepingMutex(t)
 	var tokens []lockcore.Fence
 	run := func(fail error) {
 		err := lockcore.Do(ctx, m, "do-tenure", func(_ context.Context, l *lockcore.Lease) error {
@@ -421,4 +411,16 @@ func newLocker(t *testing.T, kind string, db lockcore.DynamoDB, e *env, opts ...
 		t.Fatal(err)
 	}
 	return l
+}
+
+// keepingMutex is a Mutex client with a bypass that keeps every released lease (a bound
+// and linger no test reaches), on an env of its own.
+func keepingMutex(t *testing.T) (*env, context.Context, *lockcore.Mutex) {
+	t.Helper()
+	e := newEnv(t)
+	m, err := lockcore.NewMutex(e.db, e.locks, fast("a", lockcore.WithBypass(time.Minute, 30*time.Second))...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e, ctxT(t, time.Minute), m
 }
