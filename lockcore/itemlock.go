@@ -320,14 +320,14 @@ func (l *ItemLease) ReleaseUpdate(update expression.UpdateBuilder) expression.Up
 	if l == nil || l.Lease == nil || l.locker == nil {
 		return update
 	}
-	u := l.locker.unlock(cloneUpdate(update))
-	if h := l.hold; h != nil {
-		h.io.Lock()
-		defer h.io.Unlock()
-		u = h.publishHold(u)
-		h.heldFor()
+	h := l.hold
+	if h == nil {
+		return l.locker.unlock(cloneUpdate(update))
 	}
-	return u
+	h.io.Lock()
+	defer h.io.Unlock()
+	h.heldFor()
+	return h.unlock(cloneUpdate(update))
 }
 
 // Token returns the fencing token of this acquisition: epoch<<10 + n, where n is its
@@ -814,7 +814,7 @@ func (il *ItemLocker) write(ctx context.Context, lease *ItemLease, update expres
 			u, fc = h.releaseUpdate(u, l, handoff)
 			c = expression.And(c, fc)
 		case release:
-			u = h.publishHold(il.unlock(u)) // a lease without a ticket (an old client's): just unlock
+			u = h.unlock(u) // a lease without a ticket (an old client's): just unlock
 		case !h.lean: // a lean hold does not claim: there is no room for it
 			u = h.claim(u, l)
 		}

@@ -543,6 +543,13 @@ func (h *itemHold) publishHold(u expression.UpdateBuilder) expression.UpdateBuil
 	return u.Set(name(h.il.attrs.HoldMs), value(v))
 }
 
+// unlock adds to u the release of a lease without a ticket to pass on (an old client's,
+// or one released in the caller's own write: ReleaseUpdate): the holder attributes go,
+// the hold time is published.
+func (h *itemHold) unlock(u expression.UpdateBuilder) expression.UpdateBuilder {
+	return h.publishHold(h.il.unlock(u))
+}
+
 // release implements leaseOps: it passes the item on to the next ticket, or frees it.
 func (h *itemHold) release(ctx context.Context, l *Lease) error {
 	// Serialized with the holder's writes (Update, UpdateAndRelease), as renewals are:
@@ -568,7 +575,7 @@ func (h *itemHold) release(ctx context.Context, l *Lease) error {
 				u, fc = h.releaseUpdate(u, l, handoff)
 				cond = expression.And(cond, fc)
 			} else {
-				u = h.publishHold(il.unlock(u)) // a lease of an old client's making: no ticket to pass on
+				u = h.unlock(u) // a lease of an old client's making: no ticket to pass on
 			}
 			e := expr(expression.NewBuilder().WithCondition(cond).WithUpdate(u))
 			return il.db.UpdateItem(ctx, conditionalUpdate(il.table, h.key, e, types.ReturnValueNone), noSDKRetry)

@@ -477,12 +477,7 @@ func (r *Runner) peerBurst(ctx context.Context, s Strategy, p Path, n, rounds in
 		}
 	}
 	if done > 0 {
-		u := res.LockEnd.usage().Sub(res.LockStart.usage())
-		c := float64(done)
-		rec.CallsPerCS = fp(float64(u.Calls) / c)
-		rec.WCUPerCS = fp(u.WCU / c)
-		rec.RCUPerCS = fp(u.RCU / c)
-		rec.LockCUPerCS = fp(u.LockCU() / c)
+		rec.lockPerCS(res.LockEnd.usage().Sub(res.LockStart.usage()), float64(done))
 	}
 	rec.DoubleHolders = i64p(res.DoubleHolders)
 	rec.MaxWaitMs = fp(ms(maxWait))

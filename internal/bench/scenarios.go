@@ -139,10 +139,7 @@ func (r *Runner) Uncontended(ctx context.Context, s Strategy, p Path, d time.Dur
 	rec.Completions = int64(len(lat))
 	rec.P50ms = fp(ms(Percentile(lat, 50)))
 	rec.P99ms = fp(ms(Percentile(lat, 99)))
-	rec.CallsPerCS = fp(float64(u.Calls) / c)
-	rec.WCUPerCS = fp(u.WCU / c)
-	rec.RCUPerCS = fp(u.RCU / c)
-	rec.LockCUPerCS = fp(u.LockCU() / c)
+	rec.lockPerCS(u, c)
 	stalls(&rec, env)
 	return rec, nil
 }
@@ -481,10 +478,7 @@ func summarize(rec *Record, lr loopResult) {
 	rec.Errors = int64(errs)
 	if inWindow > 0 {
 		c := float64(inWindow)
-		rec.CallsPerCS = fp(float64(lockUse.Calls) / c)
-		rec.WCUPerCS = fp(lockUse.WCU / c)
-		rec.RCUPerCS = fp(lockUse.RCU / c)
-		rec.LockCUPerCS = fp(lockUse.LockCU() / c)
+		rec.lockPerCS(lockUse, c)
 		rec.CondFailsPerCS = fp(float64(lockUse.CondFails) / c)
 		rec.CSCallsPerCS = fp(float64(dataUse.Calls) / c)
 		rec.OpsPerCS = map[string]float64{}
@@ -590,10 +584,7 @@ func (r *Runner) Burst(ctx context.Context, s Strategy, p Path, n, rounds int) (
 		if optimistic {
 			u = Usage{Calls: u.Calls - 2*done.Load(), WCU: u.WCU - c, RCU: u.RCU - c, CondFails: u.CondFails}
 		}
-		rec.CallsPerCS = fp(float64(u.Calls) / c)
-		rec.WCUPerCS = fp(u.WCU / c)
-		rec.RCUPerCS = fp(u.RCU / c)
-		rec.LockCUPerCS = fp(u.LockCU() / c)
+		rec.lockPerCS(u, c)
 	}
 	if !optimistic {
 		rec.DoubleHolders = i64p(ov.Events())
@@ -606,6 +597,14 @@ func (r *Runner) Burst(ctx context.Context, s Strategy, p Path, n, rounds int) (
 	roundStats(&rec, roundTimes)
 	stalls(&rec, env)
 	return rec, nil
+}
+
+// lockPerCS records the lock's own usage u per critical section, over c sections.
+func (rec *Record) lockPerCS(u Usage, c float64) {
+	rec.CallsPerCS = fp(float64(u.Calls) / c)
+	rec.WCUPerCS = fp(u.WCU / c)
+	rec.RCUPerCS = fp(u.RCU / c)
+	rec.LockCUPerCS = fp(u.LockCU() / c)
 }
 
 // roundStats records the mean and the longest of a burst's round times.

@@ -552,7 +552,7 @@ func (r *runner) lockedOp(ctx context.Context, s *session, rng *mrand.Rand, clie
 	// A write an attempt of which may have landed unseen may still land again, late: a
 	// bypass worker ends the tenure (lockcore.Lease.ReleaseTenure), so that the next
 	// tenure's token fences that copy out (a continuation would share the token).
-	if err := s.release(ctx, h, h.ambig || slices.Contains(sts, stUnknown)); err != nil && werr == nil {
+	if err := s.release(ctx, h, h.ambig); err != nil && werr == nil {
 		r.stats.event(st, "release: "+errKind(err))
 	}
 }
