@@ -374,19 +374,23 @@ func deviation(sample, pace time.Duration, n int64) time.Duration {
 // turnPlan is delay for a wait whose pacer knows (or estimates) when the served
 // ticket's turn began (turnAt, else headAt), planning turns of length turn.
 //
-// The next in line (pos 1) reads once at the turn's start plus one turn — the moment the
-// holder's release is due to be sent, so that the read reaches the table with the
-// release — then, if the holder is still in, every half round trip (lateness at most
+// The next in line (pos 1) reads once a quarter round trip after the holder's release is
+// due to be sent (the turn's start plus one turn) — sent at that moment, the read would
+// reach the table with the release and find the holder still in about half the time;
+// a quarter round trip later it mostly comes after, and the lock waits for it at most
+// that long — then, if the holder is still in, every half round trip (lateness at most
 // half a round trip, a read each) and, for a holder much slower than a turn, every
 // quarter of the time it has stood (delay's standing-queue rule).
 //
-// A waiter further back whose prediction errs by at most half a round trip (the turns'
-// spread × √position: errors add up like a random walk) aims at its own turn, and a read
-// on time finds it. One further back aims at the middle of its predecessor's predicted
-// turn, earlier by twice that error, so that it rarely finds its own turn already passed
-// (which would leave the lock idle): the usual outcome is a view one or two places from
-// the head, and a second, short plan from there. The sleeps stay capped at a tenth of
-// the lease (watchEvery), which sets the reads of waits longer than that.
+// A waiter further back whose prediction errs by at most a quarter of a turn or half a
+// round trip (the turns' spread × √position: errors add up like a random walk) aims at
+// its own turn, and a read on time finds it (one that comes early finds it next in
+// line, with the turn's start to plan from; one that comes late leaves the lock idle
+// for at most that error). One further back aims at the middle of its predecessor's
+// predicted turn, earlier by twice that error, so that it rarely finds its own turn
+// already passed (which would leave the lock idle): the usual outcome is a view one or
+// two places from the head, and a second, short plan from there. The sleeps stay capped
+// at a tenth of the lease (watchEvery), which sets the reads of waits longer than that.
 func (p *pacer) turnPlan(now time.Time, pos int64, rtt, turn time.Duration) time.Duration {
 	p.far, p.aimed = false, false
 	at := p.turnAt
@@ -398,7 +402,7 @@ func (p *pacer) turnPlan(now time.Time, pos int64, rtt, turn time.Duration) time
 		at = now.Add(-turn / 2)
 	}
 	if pos <= 1 {
-		if due := at.Add(turn); due.After(now) {
+		if due := at.Add(turn + rtt/4); due.After(now) {
 			return due.Sub(now)
 		}
 		return max(rtt/2, time.Millisecond)
@@ -410,7 +414,7 @@ func (p *pacer) turnPlan(now time.Time, pos int64, rtt, turn time.Duration) time
 	ahead := time.Duration(pos - 1)
 	// Errors add up like a random walk: √n turns' spread for n turns.
 	err := time.Duration(float64(spread) * math.Sqrt(float64(pos)))
-	if err <= rtt/2 {
+	if err <= max(rtt/2, turn/4) {
 		// Near enough to aim at our own turn: the release is due at the end of the
 		// predecessor's turn, and a read sent then finds it (or finds us next in line,
 		// with the turn's start to plan from). The caller makes that read a strongly
