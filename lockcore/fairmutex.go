@@ -78,13 +78,13 @@ type entryDetails struct {
 // mutexRow is a Mutex row as read.
 type mutexRow struct {
 	ticketRow
-	raw                  item
-	format               mutexFormat
-	details              map[int64]entryDetails // ticket → details (tickets with a d# entry)
-	hFor, hUntil, hSince int64
-	hOwner               string
-	leaseMs              int64 // 0: not recorded (a row of the first ticket-format release)
-	holdMs               int64 // the holders' published hold time (0: none)
+	raw     item
+	format  mutexFormat
+	details map[int64]entryDetails // ticket → details (tickets with a d# entry)
+	hUntil  int64
+	hOwner  string
+	leaseMs int64 // 0: not recorded (a row of the first ticket-format release)
+	holdMs  int64 // the holders' published hold time (0: none)
 }
 
 func parseMutexRow(it item, wattr string) mutexRow {
@@ -114,19 +114,16 @@ func parseMutexRow(it item, wattr string) mutexRow {
 		r.leaseMs, _ = attrN(it, attrLeaseMs)
 		r.holdMs, _ = attrN(it, attrHoldMs)
 	}
-	r.hFor, _ = attrN(it, attrHFor)
 	r.hUntil, _ = attrN(it, attrHUntil)
-	r.hSince, _ = attrN(it, attrHSince)
 	return r
 }
 
-// turnBegan is when the served ticket's turn began, as the row records it (hSince, the
-// writer's clock; zero: not recorded). Timing only, never safety.
+// turnBegan: see ticketRow.turnBegan; only a row in the ticket format records it.
 func (r mutexRow) turnBegan() time.Time {
-	if r.format != fmtFair || r.hFor != r.serving || r.hSince <= 0 {
+	if r.format != fmtFair {
 		return time.Time{}
 	}
-	return time.UnixMilli(r.hSince)
+	return r.ticketRow.turnBegan()
 }
 
 // sharedHold is the hold time the row's holders published (0: none).

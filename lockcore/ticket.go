@@ -122,6 +122,7 @@ type ticketRow struct {
 	life                  string
 	leaseMs               int64
 	rel, skip             int64
+	hFor, hSince          int64            // ticket hFor's turn began at hSince (ms; see turnBegan)
 	waiters               map[int64]string // ticket → w# attribute
 	ownTicket             int64            // ticket of the w# entry asked about (0: none)
 	ownEntry, servedEntry bool
@@ -149,6 +150,8 @@ func parseQueueRow(it item, counter string, offset int64, wattr string) ticketRo
 	r.leaseMs, _ = attrN(it, attrLeaseMs)
 	r.rel, _ = attrN(it, attrRel)
 	r.skip, _ = attrN(it, attrSkip)
+	r.hFor, _ = attrN(it, attrHFor)
+	r.hSince, _ = attrN(it, attrHSince)
 	r.forcedID, r.forcedLease = attrS(it, attrForcedID), attrS(it, attrForcedLease)
 	r.forcedToken, _ = attrN(it, attrForcedToken)
 	for k := range it {
@@ -205,6 +208,9 @@ type ticketHold struct {
 	tomb bool
 
 	skippedStalled bool // this waiter skipped a holder that had stopped heartbeating
+	// behind: when our turn came, later tickets were issued; the release then records
+	// when the next turn begins (hFor, hSince), which their waiters plan by.
+	behind bool
 
 	forced forceMark // the row's last force-release while the ticket was served
 }
@@ -417,6 +423,7 @@ func (t *TicketLock) skip(ctx context.Context, key, ns string, row ticketRow, wa
 		Set(name(attrSkip), value(row.serving)).
 		Set(name(t.cfg.names.TTL), value(t.expiry(now, time.Duration(row.leaseMs)*time.Millisecond))).
 		Add(name(attrRev), value(1))
+	upd = turnBegins(upd, row.serving+1, row.next > row.serving, now)
 	if wattr != "" {
 		// A tombstone, not a removal: the skipped ticket may have come from a retried,
 		// ambiguous take whose late copy could otherwise still land and issue a ticket
@@ -432,7 +439,7 @@ func (t *TicketLock) skip(ctx context.Context, key, ns string, row ticketRow, wa
 func (t *TicketLock) wait(ctx context.Context, h *ticketHold, row ticketRow, sent time.Time, ac *acquireConfig, start time.Time) (*Lease, error) {
 	var obs observer
 	pk := h.key + "\x00" + h.ns // the lock, in this client's pacing memory
-	w := lineWait{cfg: t.cfg, pacing: &t.pacing, pk: pk, key: h.key, what: "ticket lock", ticket: h.ticket, ac: ac, start: start, obs: &obs}
+	w := lineWait{cfg: t.cfg, pacing: &t.pacing, pk: pk, key: h.key, what: "ticket lock", ticket: h.ticket, ac: ac, start: start, obs: &obs, plan: true}
 	row, lastBefore, err := waitTurn(ctx, ticketLine{t, h}, w, row, sent)
 	if err != nil {
 		return nil, err
@@ -493,6 +500,7 @@ func (t *TicketLock) enter(ctx context.Context, h *ticketHold, row ticketRow, la
 	// a lease id in a holder's logs can be matched to the lock's "ticket N".
 	l := newLease(h, t.cfg, ac.lease, h.key, h.ns, t.cfg.owner+nsSeparator+strings.TrimPrefix(h.wattr, waiterPrefix), 0, lastBefore)
 	h.forced.see(row) // row shows our ticket served (see settleRelease)
+	h.behind = row.next > h.ticket
 	return enterLine(ctx, l, row, h.ticket, l.Remaining() < ac.lease/2, ac,
 		func(ctx context.Context) (int64, error) { return t.startEpoch(ctx, h) },
 		func(err error) error { return t.giveUp(ctx, h, row, start, err) },
@@ -681,10 +689,12 @@ func (h *ticketHold) release(ctx context.Context, l *Lease) error {
 	}
 	return holderWrite(ctx, t.cfg, "release", h.key,
 		func(ctx context.Context) (*dynamodb.UpdateItemOutput, error) {
-			upd := endEntry(expression.Set(name(attrServing), value(h.ticket+1)).
+			now := t.cfg.clock.Now()
+			upd := expression.Set(name(attrServing), value(h.ticket+1)).
 				Set(name(attrRel), value(h.ticket)).
-				Set(name(h.t.cfg.names.TTL), value(t.expiry(t.cfg.clock.Now(), l.duration))).
-				Add(name(attrRev), value(1)), h.wattr, h.tomb, t.cfg.clock.Now())
+				Set(name(h.t.cfg.names.TTL), value(t.expiry(now, l.duration))).
+				Add(name(attrRev), value(1))
+			upd = endEntry(turnBegins(upd, h.ticket+1, h.behind, now), h.wattr, h.tomb, now)
 			for _, tomb := range h.gc {
 				upd = upd.Remove(name(tomb))
 			}
@@ -704,6 +714,17 @@ func (h *ticketHold) release(ctx context.Context, l *Lease) error {
 			}
 			return false, &LeaseError{Op: "release", Key: h.key, LeaseID: l.id, Err: ErrLeaseLost}
 		}, nil)
+}
+
+// turnBegins records on a TicketLock row that ticket's turn begins at now, for its
+// waiter and those behind it to plan their reads by (ticketRow.turnBegan), when
+// waiters is true (tickets after the ending one were issued); otherwise it removes the
+// record, which would date a later ticket's turn from an idle lock's last release.
+func turnBegins(upd expression.UpdateBuilder, ticket int64, waiters bool, now time.Time) expression.UpdateBuilder {
+	if !waiters {
+		return upd.Remove(name(attrHFor)).Remove(name(attrHSince))
+	}
+	return upd.Set(name(attrHFor), value(ticket)).Set(name(attrHSince), value(now.UnixMilli()))
 }
 
 // compactID is a waiter's entry id: 48 random bits in 8 characters. Every issued,

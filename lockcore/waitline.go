@@ -39,8 +39,14 @@ func (r ticketRow) servedLease() time.Duration { return time.Duration(r.leaseMs)
 // sharedHold: TicketLock holders publish no hold time.
 func (r ticketRow) sharedHold() time.Duration { return 0 }
 
-// turnBegan: a TicketLock row does not say when a turn began.
-func (r ticketRow) turnBegan() time.Time { return time.Time{} }
+// turnBegan is when the served ticket's turn began, as the row records it (hSince for
+// ticket hFor, the writer's clock; zero: not recorded). Timing only, never safety.
+func (r ticketRow) turnBegan() time.Time {
+	if r.hFor != r.serving || r.hSince <= 0 {
+		return time.Time{}
+	}
+	return time.UnixMilli(r.hSince)
+}
 
 // lineLayout is what a wait line needs of its strategy.
 type lineLayout[R lineRow] interface {
@@ -75,9 +81,8 @@ type lineWait struct {
 	start  time.Time // when the acquisition began
 	obs    *observer // what this client saw of the served ticket
 	// plan: the row says when each turn began (lineRow.turnBegan), and the pacer plans
-	// reads from it (pacer.began). A TicketLock row records neither turn starts nor hold
-	// times; planning from estimates of them measured worse than the pacer's own
-	// approach (docs/performance.md), so it keeps that.
+	// reads from it (pacer.began). The lock rows and the ItemLocker's item do; the
+	// Queue's rows do not.
 	plan bool
 	// fresh (0: no bound): a waiter far back reads strongly consistently at least this
 	// often, so that one served after a long wait enters with most of its lease
